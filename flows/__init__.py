@@ -1,0 +1,17 @@
+"""Prefect entry points. Importing this package sets Prefect's environment defaults
+before Prefect itself is imported: telemetry off, PREFECT_HOME inside the project,
+and time for the embedded (ephemeral) API server to start on a busy machine."""
+import os
+from pathlib import Path
+
+_DEFAULTS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    "PREFECT_HOME": str(Path.cwd() / ".prefect"),
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+for _name, _value in _DEFAULTS.items():
+    os.environ.setdefault(_name, _value)

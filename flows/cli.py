@@ -1,0 +1,50 @@
+"""`retbench` command line: run a benchmark spec, or score a TREC run like trec_eval."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="retbench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the benchmark flow for a spec (embedded Prefect, no server needed)")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
+    run.add_argument("--store-dir", type=Path, help="override the spec's store_dir (the cache root)")
+    run.set_defaults(func=_run)
+
+    try:
+        from flows import eval_command
+    except ImportError:
+        eval_command = None
+    if eval_command is not None:
+        eval_command.add_parser(commands)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def _run(args) -> int:
+    import flows  # noqa: F401  (sets Prefect's environment defaults first)
+    from tasks.dataset import DatasetError
+    from tasks.spec import SpecError
+
+    try:
+        from flows.benchmark import benchmark
+
+        benchmark(
+            str(args.spec),
+            output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
+            store_dir=str(args.store_dir.resolve()) if args.store_dir else None,
+        )
+    except (SpecError, DatasetError) as error:
+        print(f"retbench: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

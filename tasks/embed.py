@@ -1,0 +1,221 @@
+"""Content-addressed embedding cache: every vector is stored once, under a key
+derived from the provider's fingerprint, the role and the text.
+
+Layout under the store root:
+    embeddings/<kind>-<fingerprint hash>/fingerprint.json
+    embeddings/<kind>-<fingerprint hash>/shard-<time>-<random>.parquet   (key, vector)
+    sets/<set key>.parquet                                                (id, key) in set order
+
+A provider whose fingerprint changes gets a new folder, so only its rows are
+recomputed. Each batch is written as its own shard the moment it is embedded,
+so a crash loses at most the batch in flight; the shards of one call are merged
+at the end to keep the folder small.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.providers import Provider, Role
+from tasks.storage import stable_hash, write_json, write_parquet
+
+log = logging.getLogger("retbench.embed")
+
+# Added to every provider's own fingerprint: these are done here, for all providers.
+PIPELINE_FINGERPRINT = {"normalize": "l2", "dtype": "float32"}
+
+
+@dataclass(frozen=True)
+class EmbeddingSet:
+    """Small, picklable handle to the vectors of an ordered list of texts."""
+
+    provider: str
+    role: str
+    cache_dir: str
+    set_path: str
+    set_key: str
+    count: int
+    dim: int
+    embedded: int
+    from_cache: int
+    seconds: float
+
+
+def full_fingerprint(provider: Provider) -> dict:
+    return {**provider.fingerprint(), **PIPELINE_FINGERPRINT}
+
+
+def fingerprint_hash(fingerprint: dict) -> str:
+    return stable_hash(fingerprint)
+
+
+def cache_key(fp_hash: str, role: Role, text: str) -> str:
+    digest = hashlib.sha256()
+    for part in (fp_hash, role, text):
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def cache_dir_for(store: Path, provider: Provider) -> tuple[Path, dict, str]:
+    fingerprint = full_fingerprint(provider)
+    fp_hash = fingerprint_hash(fingerprint)
+    return Path(store) / "embeddings" / f"{provider.kind}-{fp_hash[:16]}", fingerprint, fp_hash
+
+
+def embed_texts(
+    provider: Provider,
+    provider_name: str,
+    ids: Sequence[str],
+    texts: Sequence[str],
+    role: Role,
+    store: Path,
+    batch_size: int = 64,
+    progress: Callable[[str], None] | None = None,
+) -> EmbeddingSet:
+    """Make sure every text has a cached vector, then write the ordered set file."""
+    started = time.perf_counter()
+    if len(ids) != len(texts):
+        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
+    directory, fingerprint, fp_hash = cache_dir_for(store, provider)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "fingerprint.json").exists():
+        write_json(directory / "fingerprint.json", fingerprint)
+
+    keys = [cache_key(fp_hash, role, text) for text in texts]
+    cached = cached_keys(directory)
+    missing: dict[str, str] = {}
+    for key, text in zip(keys, texts):
+        if key not in cached and key not in missing:
+            missing[key] = text
+    dim = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name)
+    if dim is None:
+        dim = cache_dim(directory)
+
+    set_key = stable_hash(fp_hash, role, keys, list(ids))
+    set_path = Path(store) / "sets" / f"{set_key}.parquet"
+    if not set_path.exists():
+        write_parquet(pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())}), set_path)
+    return EmbeddingSet(
+        provider=provider_name,
+        role=role,
+        cache_dir=str(directory),
+        set_path=str(set_path),
+        set_key=set_key,
+        count=len(keys),
+        dim=dim,
+        embedded=len(missing),
+        from_cache=len(keys) - len(missing),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name) -> int | None:
+    if not missing:
+        if progress:
+            progress(f"{provider_name} {role}s: all served from cache, 0 texts embedded")
+        return None
+    items = list(missing.items())
+    new_shards: list[Path] = []
+    dim = None
+    done = 0
+    for start in range(0, len(items), batch_size):
+        batch = items[start : start + batch_size]
+        vectors = _checked(provider.encode([text for _, text in batch], role), len(batch), provider_name)
+        dim = vectors.shape[1]
+        new_shards.append(_write_shard(directory, [key for key, _ in batch], vectors))
+        done += len(batch)
+        if progress:
+            progress(f"{provider_name} {role}s: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
+    if len(new_shards) > 1:
+        _merge_shards(directory, new_shards)
+    return dim
+
+
+def _checked(vectors, expected_rows: int, provider_name: str) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != expected_rows:
+        raise ValueError(f"provider {provider_name!r} returned shape {vectors.shape}, expected ({expected_rows}, dim)")
+    if not np.isfinite(vectors).all():
+        raise ValueError(f"provider {provider_name!r} returned non-finite values (NaN or inf)")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    # An all-zero vector (e.g. a text with no hashable features) stays zero rather than NaN.
+    return np.ascontiguousarray(vectors / np.where(norms == 0, 1.0, norms), dtype=np.float32)
+
+
+def _vector_table(keys: list[str], vectors: np.ndarray) -> pa.Table:
+    dim = vectors.shape[1]
+    flat = pa.array(vectors.reshape(-1), type=pa.float32())
+    return pa.table({
+        "key": pa.array(keys, pa.string()),
+        "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+    })
+
+
+def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray) -> Path:
+    name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+    return write_parquet(_vector_table(keys, vectors), directory / name)
+
+
+def _merge_shards(directory: Path, shards: list[Path]) -> None:
+    # The merged shard is complete on disk before the small ones go, so a crash
+    # here leaves duplicates (harmless: readers keep the first) but never a gap.
+    table = pa.concat_tables([pq.read_table(path) for path in shards])
+    _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table))
+    for path in shards:
+        path.unlink(missing_ok=True)
+
+
+def shard_paths(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("shard-*.parquet"))
+
+
+def cached_keys(directory: Path) -> set[str]:
+    keys: set[str] = set()
+    for path in shard_paths(directory):
+        keys.update(pq.read_table(path, columns=["key"]).column("key").to_pylist())
+    return keys
+
+
+def cache_dim(directory: Path) -> int:
+    for path in shard_paths(directory):
+        return pq.read_schema(path).field("vector").type.list_size
+    raise FileNotFoundError(f"no cached vectors under {directory}")
+
+
+def _vectors_of(table: pa.Table) -> np.ndarray:
+    column = table.column("vector").combine_chunks()
+    dim = column.type.list_size
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+
+
+def load_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray]:
+    """The set's ids and a (count, dim) float32 matrix in set order."""
+    wanted = pl.read_parquet(embedding_set.set_path).with_row_index("order")
+    found = []
+    for path in shard_paths(Path(embedding_set.cache_dir)):
+        shard = pl.from_arrow(pq.read_table(path))
+        found.append(shard.join(wanted.select("key").unique(), on="key", how="semi"))
+    if not found:
+        raise FileNotFoundError(f"embedding cache {embedding_set.cache_dir} is empty")
+    rows = pl.concat(found).unique(subset="key", keep="first")
+    joined = wanted.join(rows, on="key", how="left").sort("order")
+    missing = joined.filter(pl.col("vector").is_null())
+    if missing.height:
+        raise RuntimeError(
+            f"{missing.height} vectors of set {embedding_set.set_key[:12]} are missing from {embedding_set.cache_dir} "
+            f"(first id: {missing['id'][0]}); rerun the embed stage"
+        )
+    vectors = _vectors_of(joined.select("vector").to_arrow())
+    return joined["id"].to_list(), np.ascontiguousarray(vectors, dtype=np.float32)
+

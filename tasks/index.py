@@ -1,0 +1,118 @@
+"""FAISS indexes over one embedding set: exact (IndexFlatIP) and IVF (IndexIVFFlat).
+
+Files are named by their parameters under a folder named by the embedding set,
+`indexes/<set key>/ivf_nlist-32_train-8192_seed-0.faiss`, so a look at the folder
+tells what was built, and an index is rebuilt only when its inputs change.
+Build-time parameters (nlist, training sample) name the file; the query-time
+parameter (nprobe) does not.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from tasks.embed import EmbeddingSet, load_vectors
+from tasks.storage import atomic_write
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    kind: str  # "flat" | "ivf"
+    nlist: int | None = None
+    train_size: int | None = None
+    seed: int = 0
+
+    @property
+    def file_name(self) -> str:
+        if self.kind == "flat":
+            return "flat.faiss"
+        return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
+
+
+@dataclass(frozen=True)
+class BuiltIndex:
+    provider: str
+    settings: IndexSettings
+    path: str
+    vectors: int
+    dim: int
+    built: bool
+    seconds: float
+    size_bytes: int
+
+
+def default_nlist(n_vectors: int) -> int:
+    # ~4*sqrt(n) lists, but never fewer than 39 training points per centroid
+    # (FAISS warns below that and the centroids become noise).
+    return max(1, min(int(4 * math.sqrt(n_vectors)), n_vectors // 39))
+
+
+def resolve_ivf(n_vectors: int, nlist: int | None, train_size: int | None, seed: int) -> IndexSettings:
+    nlist = nlist or default_nlist(n_vectors)
+    if nlist > n_vectors:
+        raise ValueError(f"IVF nlist={nlist} is larger than the number of vectors ({n_vectors})")
+    train_size = min(n_vectors, train_size or 256 * nlist)
+    if train_size < nlist:
+        raise ValueError(f"IVF train_size={train_size} is smaller than nlist={nlist}")
+    return IndexSettings("ivf", nlist=nlist, train_size=train_size, seed=seed)
+
+
+def index_path(store: Path, embedding_set: EmbeddingSet, settings: IndexSettings) -> Path:
+    return Path(store) / "indexes" / embedding_set.set_key[:32] / settings.file_name
+
+
+def build_index(embedding_set: EmbeddingSet, settings: IndexSettings, store: Path, force: bool = False) -> BuiltIndex:
+    path = index_path(store, embedding_set, settings)
+    started = time.perf_counter()
+    built = force or not path.exists()
+    if built:
+        _, vectors = load_vectors(embedding_set)
+        index = _build(vectors, settings)
+        atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
+    return BuiltIndex(
+        provider=embedding_set.provider,
+        settings=settings,
+        path=str(path),
+        vectors=embedding_set.count,
+        dim=embedding_set.dim,
+        built=built,
+        seconds=time.perf_counter() - started,
+        size_bytes=path.stat().st_size,
+    )
+
+
+def _build(vectors: np.ndarray, settings: IndexSettings) -> faiss.Index:
+    vectors = normalized(vectors)
+    dim = vectors.shape[1]
+    if settings.kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif settings.kind == "ivf":
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(settings.seed)
+        sample = vectors[np.sort(rng.choice(len(vectors), size=settings.train_size, replace=False))]
+        index.cp.seed = settings.seed
+        index.train(sample)
+    else:
+        raise ValueError(f"unknown index kind {settings.kind!r}")
+    index.add(vectors)
+    return index
+
+
+def normalized(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalised float32 copy (inner product = cosine)."""
+    vectors = np.array(vectors, dtype=np.float32, copy=True, order="C")
+    faiss.normalize_L2(vectors)
+    return vectors
+
+
+def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index:
+    index = faiss.read_index(str(path))
+    if expected_dim is not None and index.d != expected_dim:
+        raise ValueError(f"index {path} has dimension {index.d}, but the vectors have {expected_dim}; delete it to rebuild")
+    return index

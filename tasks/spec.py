@@ -1,0 +1,164 @@
+"""The benchmark spec: one YAML file, validated with pydantic, unknown keys refused.
+
+Relative paths in a spec are resolved against the folder the spec file is in, so
+a spec means the same thing whichever directory it is run from.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tasks.storage import stable_hash
+
+
+class SpecError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetSpec(_Strict):
+    path: Path
+    format: Literal["jsonl", "beir", "cranfield", "xquad"] = "jsonl"
+    split: Literal["dev", "test", "all"] = "dev"
+    qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
+    grade_map: dict[int, int] | None = None
+    options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
+
+
+class ChunkingSpec(_Strict):
+    strategy: Literal["none", "fixed", "sentence", "paragraph"] = "paragraph"
+    size: int = Field(200, gt=0)
+    overlap: int = Field(40, ge=0)
+    unit: Literal["words", "tokens"] = "words"
+    max_words: int = Field(200, gt=0)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self):
+        if self.strategy == "fixed" and self.overlap >= self.size:
+            raise ValueError(f"chunking.overlap ({self.overlap}) must be smaller than chunking.size ({self.size})")
+        return self
+
+
+class ProviderSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    kind: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    batch_size: int = Field(64, ge=1, description="texts per cache shard: a crash loses at most one batch")
+
+
+class IVFSpec(_Strict):
+    nlist: int | None = Field(None, ge=1, description="default: derived from the number of vectors")
+    train_size: int | None = Field(None, ge=1, description="vectors sampled for k-means; default 256 per list")
+    nprobe: list[int] = Field(default_factory=lambda: [1, 4, 16])
+    seed: int = 0
+
+    @field_validator("nprobe")
+    @classmethod
+    def _positive_sorted(cls, values: list[int]) -> list[int]:
+        if not values or any(v < 1 for v in values):
+            raise ValueError("nprobe must be a non-empty list of positive integers")
+        return sorted(set(values))
+
+
+class IndexesSpec(_Strict):
+    flat: bool = True
+    ivf: IVFSpec | None = Field(default_factory=IVFSpec)
+
+    @model_validator(mode="after")
+    def _flat_needed(self):
+        if not self.flat:
+            raise ValueError("indexes.flat cannot be false: exact search is the reference every ANN index is measured against")
+        return self
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    dataset: DatasetSpec
+    chunking: ChunkingSpec = Field(default_factory=ChunkingSpec)
+    providers: list[ProviderSpec] = Field(min_length=1)
+    indexes: IndexesSpec = Field(default_factory=IndexesSpec)
+    k: list[int] = Field(default_factory=lambda: [5, 10, 20])
+    depth: int = Field(100, ge=1, description="documents retrieved per query (MRR and MAP look this deep)")
+    output_dir: Path = Path("out")
+    store_dir: Path = Path(".store")
+
+    @field_validator("k")
+    @classmethod
+    def _k_values(cls, values: list[int]) -> list[int]:
+        if not values or any(v < 1 for v in values):
+            raise ValueError("k must be a non-empty list of positive integers")
+        return sorted(set(values))
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        names = [p.name for p in self.providers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"provider names must be unique; repeated: {duplicates}")
+        if self.depth < max(self.k):
+            raise ValueError(f"depth ({self.depth}) must be at least the largest k ({max(self.k)})")
+        from tasks.providers import known_kinds
+
+        for provider in self.providers:
+            if provider.kind not in known_kinds():
+                raise ValueError(f"provider {provider.name!r}: unknown kind {provider.kind!r} (known: {', '.join(known_kinds())})")
+        return self
+
+    def content_hash(self) -> str:
+        return stable_hash(self.model_dump(mode="json"))
+
+
+def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
+    """Read, validate and resolve a spec file; `overrides` replace top-level keys (e.g. output_dir)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"spec file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        spec = BenchmarkSpec.model_validate(raw)
+    except ValidationError as error:
+        raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
+    return _resolve_paths(spec, path.parent)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
+    def resolve(p: Path | None) -> Path | None:
+        return None if p is None else (p if p.is_absolute() else (base / p)).resolve()
+
+    dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path), "qrels": resolve(spec.dataset.qrels)})
+    return spec.model_copy(update={
+        "dataset": dataset,
+        "output_dir": resolve(spec.output_dir),
+        "store_dir": resolve(spec.store_dir),
+    })
+
+
+_SLUG = re.compile(r"[^a-z0-9-]+")
+
+
+def slug(text: str) -> str:
+    return _SLUG.sub("-", text.lower()).strip("-")

@@ -1,0 +1,86 @@
+"""Atomic file writes and content hashing for the store and the output directory.
+
+Every file the pipeline writes goes through here, so a reader never sees a
+half-written file: data goes to a temporary file in the same folder, is flushed
+and fsynced, then renamed over the target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def stable_hash(*parts: Any) -> str:
+    """sha256 hex of a canonical JSON rendering of `parts` (dict key order does not matter)."""
+    payload = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk_size):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Call `write(tmp_path)`, fsync the result, then rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename itself is only durable once the directory entry is flushed.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+
+    return atomic_write(path, write)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet(table: pa.Table | Any, path: str | Path, compression: str = "zstd") -> Path:
+    """Write a pyarrow Table or a polars DataFrame atomically as Parquet."""
+    if not isinstance(table, pa.Table):
+        table = table.to_arrow()
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression=compression))

@@ -1,0 +1,66 @@
+from pathlib import Path
+
+import pytest
+
+from tasks.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+name: t
+dataset: {path: data, format: jsonl}
+providers: [{name: h, kind: hashing}]
+"""
+
+
+def test_defaults_and_paths_resolved_against_the_spec_folder(tmp_path):
+    spec = load_spec(_write(tmp_path, MINIMAL))
+    assert spec.k == [5, 10, 20]
+    assert spec.dataset.split == "dev"
+    assert spec.dataset.path == (tmp_path / "data").resolve()
+    assert spec.store_dir == (tmp_path / ".store").resolve()
+    assert spec.indexes.flat and spec.indexes.ivf.nprobe == [1, 4, 16]
+
+
+def test_unknown_key_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"chunking\.strategyy: unknown key"):
+        load_spec(_write(tmp_path, MINIMAL + "chunking: {strategyy: fixed}\n"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("k: [0, 10]\n", "k: Value error, k must be a non-empty list of positive integers"),
+    ("chunking: {strategy: fixed, size: 10, overlap: 10}\n", "overlap (10) must be smaller than chunking.size (10)"),
+    ("indexes: {ivf: {nprobe: []}}\n", "nprobe must be a non-empty list"),
+    ("depth: 5\n", "depth (5) must be at least the largest k (20)"),
+])
+def test_bad_values_are_explained(tmp_path, extra, message):
+    with pytest.raises(SpecError) as error:
+        load_spec(_write(tmp_path, MINIMAL + extra))
+    assert message in str(error.value)
+    assert str(tmp_path / "spec.yaml") in str(error.value)
+
+
+def test_unknown_provider_kind_and_duplicate_names(tmp_path):
+    with pytest.raises(SpecError, match="unknown kind 'bert'"):
+        load_spec(_write(tmp_path, "name: t\ndataset: {path: d}\nproviders: [{name: x, kind: bert}]\n"))
+    with pytest.raises(SpecError, match=r"repeated: \['h'\]"):
+        load_spec(_write(tmp_path, "name: t\ndataset: {path: d}\nproviders: [{name: h, kind: hashing}, {name: h, kind: hashing}]\n"))
+
+
+def test_not_a_mapping_and_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="expected a mapping"):
+        load_spec(_write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(SpecError, match="spec file not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_shipped_specs_are_valid():
+    for path in (ROOT / "specs").glob("*.yaml"):
+        load_spec(path)

@@ -57,7 +57,7 @@ def prepare_dataset(spec: BenchmarkSpec) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    if not (directory / "qrels.parquet").exists():
+    if not (directory / "dataset.json").exists():  # written last by save_dataset
         save_dataset(dataset, directory)
     return DatasetRef(
         name=dataset.name, path=str(directory), content_hash=digest,
@@ -69,7 +69,7 @@ def prepare_dataset(spec: BenchmarkSpec) -> DatasetRef:
 def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec) -> ChunksRef:
     started = time.perf_counter()
     config = ChunkConfig(**spec.chunking.model_dump())
-    key = stable_hash("chunks-v1", dataset.content_hash, spec.chunking.model_dump(mode="json"))
+    key = stable_hash("chunks-v1", dataset.content_hash, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
     computed = not path.exists()
     if computed:

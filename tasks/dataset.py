@@ -1,0 +1,714 @@
+"""Load a retrieval collection (corpus, queries, graded judgments) and refuse malformed input.
+
+Formats: the project's own JSONL folder, BEIR, Cranfield (SMART) and XQuAD; any of them can take
+its judgments from a TREC qrels file instead. Every error names the file (and line, and id) and
+what was expected, so a bad collection is fixed at its source rather than debugged downstream.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tasks.language import detect_language
+
+log = logging.getLogger("retbench.dataset")
+
+SPLITS = ("dev", "test", "all")
+QUERY_SPLITS = ("dev", "test")
+DEFAULT_CATEGORY = "uncategorized"
+# Held out by default so that nothing is tuned on a query whose split nobody chose.
+DEFAULT_SPLIT = "test"
+JSONL_MAX_GRADE = 3
+# Cranfield grades 1 = complete answer ... 4 = minimum interest (cranqrel.readme); nDCG needs
+# higher = better, and the -1 rows are judged non-relevant.
+CRANFIELD_GRADE_MAP = {1: 4, 2: 3, 3: 2, 4: 1, -1: 0}
+
+CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String, "language": pl.String}
+QUERIES_SCHEMA = {
+    "query_id": pl.String,
+    "text": pl.String,
+    "language": pl.String,
+    "category": pl.String,
+    "split": pl.String,
+}
+QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "grade": pl.Int64}
+_TABLES = (("corpus", CORPUS_SCHEMA), ("queries", QUERIES_SCHEMA), ("qrels", QRELS_SCHEMA))
+
+
+class DatasetError(ValueError):
+    """A collection that cannot be loaded; the message names file, line, id and what was expected."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    corpus: pl.DataFrame  # doc_id, title, text, language
+    queries: pl.DataFrame  # query_id, text, language, category, split
+    qrels: pl.DataFrame  # query_id, doc_id, grade
+    notes: tuple[str, ...] = ()
+
+
+# One judgment as read, before grade mapping; `where` is "file:line" for error messages.
+@dataclass(frozen=True)
+class _Judgment:
+    query_id: str
+    doc_id: str
+    grade: int
+    where: str
+
+
+@dataclass
+class _Raw:
+    """What a format reader hands to validation: rows plus where they came from."""
+
+    name: str
+    docs: list[tuple[str, str, str, str]]
+    queries: list[tuple[str, str, str, str, str]]
+    qrels: list[_Judgment]
+    corpus_file: str
+    queries_file: str
+    notes: list[str]
+    max_grade: int | None = None
+    default_grade_map: dict[int, int] | None = None
+
+
+# ---------------------------------------------------------------- public API
+
+
+def load_dataset(
+    path: str | Path,
+    format: str,
+    split: str = "dev",
+    *,
+    qrels_path: str | Path | None = None,
+    grade_map: dict[int, int] | None = None,
+    **options: Any,
+) -> Dataset:
+    """Load and validate a collection, keeping only the queries of `split` ("dev", "test", "all").
+
+    `qrels_path` replaces the format's judgments by a TREC qrels file; `grade_map` maps raw
+    grades before validation (it must cover every grade present). Queries without judgments
+    are dropped; the corpus is kept whole. Options: `name` for every format, and
+    `query_language` / `doc_language` ("en" | "hi") for xquad.
+    """
+    if format not in _READERS:
+        raise DatasetError(f"unknown dataset format {format!r} (expected one of {sorted(_READERS)})")
+    if split not in SPLITS:
+        raise DatasetError(f"unknown split {split!r} (expected one of {list(SPLITS)})")
+    reader, allowed = _READERS[format]
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise DatasetError(
+            f"unknown option(s) {unknown} for format {format!r} (expected some of {sorted(allowed)})"
+        )
+    raw = reader(Path(path), split, **options)
+    if qrels_path is not None:
+        raw.qrels = _read_trec_qrels(Path(qrels_path))
+        raw.notes.append(f"judgments from TREC qrels file {Path(qrels_path).name}")
+    if grade_map is None:
+        grade_map = raw.default_grade_map
+    return _assemble(raw, split, grade_map)
+
+
+def content_hash(ds: Dataset) -> str:
+    """sha256 over corpus, queries and qrels, independent of row order (name and notes excluded)."""
+    h = hashlib.sha256(b"retbench-dataset-v1\n")
+    for label, schema in _TABLES:
+        frame: pl.DataFrame = getattr(ds, label)
+        columns = list(schema)
+        h.update(f"{label} {','.join(columns)}\n".encode())
+        # Sorting on every column (ids first) makes the order total even for hand-made frames.
+        for row in frame.select(columns).sort(columns).iter_rows():
+            h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode())
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def save_dataset(ds: Dataset, directory: str | Path) -> Path:
+    """Write corpus/queries/qrels.parquet and dataset.json (name, notes, content hash)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for label, _ in _TABLES:
+        frame: pl.DataFrame = getattr(ds, label)
+        _write_atomically(directory / f"{label}.parquet", frame.write_parquet)
+    meta = {"name": ds.name, "notes": list(ds.notes), "content_hash": content_hash(ds)}
+    text = json.dumps(meta, ensure_ascii=False, indent=2) + "\n"
+    # Written last: its hash then vouches for the three tables next to it.
+    _write_atomically(directory / "dataset.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    return directory
+
+
+def load_saved_dataset(directory: str | Path) -> Dataset:
+    """Read what save_dataset wrote, checking columns and that the content hash still matches."""
+    directory = Path(directory)
+    meta_path = directory / "dataset.json"
+    if not meta_path.is_file():
+        raise DatasetError(f"{meta_path}: missing; expected a dataset saved by save_dataset")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{meta_path}: not readable JSON ({e})") from None
+    frames = {}
+    for label, schema in _TABLES:
+        file = directory / f"{label}.parquet"
+        if not file.is_file():
+            raise DatasetError(f"{file}: missing; expected the {label} table of a saved dataset")
+        frame = pl.read_parquet(file)
+        missing = [c for c in schema if c not in frame.columns]
+        if missing:
+            raise DatasetError(f"{file}: missing columns {missing} (found {frame.columns})")
+        for column, dtype in schema.items():
+            if frame.schema[column] != dtype:
+                raise DatasetError(f"{file}: column {column!r} has type {frame.schema[column]}, expected {dtype}")
+        frames[label] = frame.select(list(schema))
+    keys = ("name", "notes", "content_hash")
+    missing = [k for k in keys if k not in meta] if isinstance(meta, dict) else list(keys)
+    if missing:
+        raise DatasetError(f"{meta_path}: missing keys {missing}; expected what save_dataset writes")
+    ds = Dataset(meta["name"], frames["corpus"], frames["queries"], frames["qrels"], tuple(meta["notes"]))
+    if content_hash(ds) != meta["content_hash"]:
+        raise DatasetError(
+            f"{directory}: tables do not match the content hash in dataset.json "
+            "(changed after saving, or a save was interrupted); save the dataset again"
+        )
+    return ds
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Dataset:
+    if not raw.docs:
+        raise DatasetError(f"{raw.corpus_file}: no documents; expected at least one")
+    notes = list(raw.notes)
+    if grade_map is not None:
+        mapping = ", ".join(f"{k}->{v}" for k, v in grade_map.items())
+        notes.append(f"{raw.name} grades mapped {mapping}")
+
+    doc_ids = {d[0] for d in raw.docs}
+    query_ids = {q[0] for q in raw.queries}
+    seen: dict[tuple[str, str], str] = {}
+    judgments: list[tuple[str, str, int]] = []
+    for j in raw.qrels:
+        if j.query_id not in query_ids:
+            raise DatasetError(f"{j.where}: query id {j.query_id!r} is not in {raw.queries_file}")
+        if j.doc_id not in doc_ids:
+            raise DatasetError(f"{j.where}: doc id {j.doc_id!r} is not in {raw.corpus_file}")
+        key = (j.query_id, j.doc_id)
+        if key in seen:
+            raise DatasetError(
+                f"{j.where}: duplicate judgment for query {j.query_id!r} and doc {j.doc_id!r} "
+                f"(first at {seen[key]})"
+            )
+        seen[key] = j.where
+        judgments.append((j.query_id, j.doc_id, _map_grade(j, grade_map, raw.max_grade)))
+
+    in_split = [q for q in raw.queries if split == "all" or q[4] == split]
+    judged = {q for q, _, _ in judgments}
+    kept = [q for q in in_split if q[0] in judged]
+    if len(kept) < len(in_split):
+        dropped = len(in_split) - len(kept)
+        log.info("%s: %d queries in split %r have no judgments; dropped", raw.name, dropped, split)
+        notes.append(f"{dropped} queries in split {split!r} without judgments dropped")
+    if not kept:
+        raise DatasetError(
+            f"{raw.queries_file}: no judged queries in split {split!r} "
+            f"({len(raw.queries)} queries read, {len(in_split)} in the split); "
+            "expected at least one query with judgments"
+        )
+    kept_ids = {q[0] for q in kept}
+    judgments = [j for j in judgments if j[0] in kept_ids]
+    with_relevant = {q for q, _, g in judgments if g >= 1}
+    no_relevant = len(kept_ids - with_relevant)
+    if no_relevant:
+        log.warning(
+            "%s: %d of %d judged queries have no document with grade >= 1",
+            raw.name, no_relevant, len(kept_ids),
+        )
+        notes.append(f"{no_relevant} of {len(kept_ids)} judged queries have no document with grade >= 1 (kept)")
+    notes.append(
+        f"split {split!r}: {len(raw.docs)} documents, {len(kept)} queries, {len(judgments)} judgments"
+    )
+    return Dataset(
+        name=raw.name,
+        corpus=pl.DataFrame(raw.docs, schema=CORPUS_SCHEMA, orient="row"),
+        queries=pl.DataFrame(kept, schema=QUERIES_SCHEMA, orient="row"),
+        qrels=pl.DataFrame(judgments, schema=QRELS_SCHEMA, orient="row"),
+        notes=tuple(notes),
+    )
+
+
+def _map_grade(j: _Judgment, grade_map: dict[int, int] | None, max_grade: int | None) -> int:
+    grade = j.grade
+    if grade_map is not None:
+        # A partial map would silently pass through grades on the wrong scale.
+        if grade not in grade_map:
+            raise DatasetError(
+                f"{j.where}: grade {grade} is not in grade_map (keys {sorted(grade_map)})"
+            )
+        grade = grade_map[grade]
+    shown = f"grade {j.grade}" + (f" (mapped to {grade})" if grade != j.grade else "")
+    if grade < 0:
+        raise DatasetError(
+            f"{j.where}: {shown} for query {j.query_id!r} is negative; expected >= 0 "
+            "(pass grade_map to map it, e.g. {-1: 0})"
+        )
+    if max_grade is not None and grade > max_grade:
+        raise DatasetError(
+            f"{j.where}: {shown} for query {j.query_id!r} is outside 0..{max_grade}"
+        )
+    return grade
+
+
+# ---------------------------------------------------------------- line and field readers
+
+
+def _lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """Yield (line number, line) for non-blank lines; a BOM and CRLF endings are tolerated."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing; expected {what}")
+    with open(path, "rb") as f:
+        for lineno, data in enumerate(f, 1):
+            if lineno == 1 and data.startswith(codecs.BOM_UTF8):
+                data = data[len(codecs.BOM_UTF8):]
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(
+                    f"{path}:{lineno}: invalid UTF-8 at byte {e.start + 1} of the line; expected UTF-8 text"
+                ) from None
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield lineno, line
+
+
+def _json_lines(path: Path, what: str) -> Iterator[tuple[str, dict]]:
+    for lineno, line in _lines(path, what):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetError(
+                f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); expected one JSON object per line"
+            ) from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object, found {_json_type(obj)}")
+        yield f"{path}:{lineno}", obj
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
+
+
+def _str_field(obj: dict, key: str, where: str, *, default: str | None = None, nonempty: bool = False) -> str:
+    """A string field; missing (or null) is an error unless a default is given."""
+    value = obj.get(key)
+    if value is None:
+        if default is None:
+            raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+        return default
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}: field {key!r} must be a string, found {_json_type(value)} {value!r}")
+    if nonempty and not value.strip():
+        raise DatasetError(f"{where}: field {key!r} is empty; expected non-empty text")
+    return value
+
+
+def _int_field(obj: dict, key: str, where: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+    # bool is an int subclass in Python; true/false are not grades.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DatasetError(f"{where}: field {key!r} must be an integer, found {_json_type(value)} {value!r}")
+    return value
+
+
+def _parse_int(text: str, where: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise DatasetError(f"{where}: {what} must be an integer, found {text!r}") from None
+
+
+class _Ids:
+    """Refuses a second row with the same id, naming both lines."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, str] = {}
+
+    def add(self, id_: str, where: str) -> None:
+        if id_ in self.first:
+            raise DatasetError(f"{where}: duplicate id {id_!r} (first at {self.first[id_]})")
+        self.first[id_] = where
+
+
+# ---------------------------------------------------------------- jsonl (the project's own)
+
+
+def _read_jsonl(folder: Path, split: str, name: str | None = None) -> _Raw:
+    corpus_file, queries_file, qrels_file = (folder / f for f in ("corpus.jsonl", "queries.jsonl", "qrels.jsonl"))
+    docs, detected = _jsonl_docs(corpus_file, "id", "corpus.jsonl with id, title?, text, language?")
+    queries: list[tuple[str, str, str, str, str]] = []
+    ids = _Ids()
+    defaulted = {"language": 0, "split": 0}
+    for where, obj in _json_lines(queries_file, "queries.jsonl with id, text, language?, category?, split?"):
+        qid = _str_field(obj, "id", where, nonempty=True)
+        ids.add(qid, where)
+        text = _str_field(obj, "text", where, nonempty=True)
+        if obj.get("language") is None:
+            language = detect_language(text)
+            defaulted["language"] += 1
+        else:
+            language = _str_field(obj, "language", where, nonempty=True)
+        category = _str_field(obj, "category", where, default=DEFAULT_CATEGORY, nonempty=True)
+        defaulted["split"] += obj.get("split") is None
+        qsplit = _str_field(obj, "split", where, default=DEFAULT_SPLIT)
+        if qsplit not in QUERY_SPLITS:
+            raise DatasetError(
+                f"{where}: query {qid!r} has split {qsplit!r}; expected one of {list(QUERY_SPLITS)}"
+            )
+        queries.append((qid, text, language, category, qsplit))
+    qrels = []
+    for where, obj in _json_lines(qrels_file, "qrels.jsonl with query_id, doc_id, grade"):
+        qrels.append(
+            _Judgment(
+                _str_field(obj, "query_id", where, nonempty=True),
+                _str_field(obj, "doc_id", where, nonempty=True),
+                _int_field(obj, "grade", where),
+                where,
+            )
+        )
+    notes = []
+    if detected:
+        notes.append(f"{detected} documents without language: detected from script")
+    if defaulted["language"]:
+        notes.append(f"{defaulted['language']} queries without language: detected from script")
+    if defaulted["split"]:
+        notes.append(f"{defaulted['split']} queries without split: put in {DEFAULT_SPLIT!r}")
+    return _Raw(
+        name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes,
+        max_grade=JSONL_MAX_GRADE,
+    )
+
+
+def _jsonl_docs(path: Path, id_key: str, what: str) -> tuple[list[tuple[str, str, str, str]], int]:
+    """Documents of a JSONL corpus (own format or BEIR); returns them and how many had no language."""
+    docs = []
+    ids = _Ids()
+    detected = 0
+    for where, obj in _json_lines(path, what):
+        doc_id = _str_field(obj, id_key, where, nonempty=True)
+        ids.add(doc_id, where)
+        title = _str_field(obj, "title", where, default="")
+        text = _str_field(obj, "text", where)
+        if not title.strip() and not text.strip():
+            raise DatasetError(f"{where}: document {doc_id!r} has empty title and text; expected some text")
+        if obj.get("language") is None:
+            language = detect_language(f"{title} {text}")
+            detected += 1
+        else:
+            language = _str_field(obj, "language", where, nonempty=True)
+        docs.append((doc_id, title, text, language))
+    return docs, detected
+
+
+# ---------------------------------------------------------------- BEIR
+
+
+def _read_beir(folder: Path, split: str, name: str | None = None) -> _Raw:
+    corpus_file, queries_file = folder / "corpus.jsonl", folder / "queries.jsonl"
+    docs, _ = _jsonl_docs(corpus_file, "_id", "BEIR corpus.jsonl with _id, title, text")
+    qrels_dir = folder / "qrels"
+    if split == "all":
+        qrels_files = sorted(qrels_dir.glob("*.tsv"))
+        if not qrels_files:
+            raise DatasetError(f"{qrels_dir}: no qrels files; expected qrels/<split>.tsv (e.g. test.tsv)")
+    else:
+        qrels_files = [qrels_dir / f"{split}.tsv"]
+        if not qrels_files[0].is_file():
+            present = sorted(p.name for p in qrels_dir.glob("*.tsv"))
+            raise DatasetError(f"{qrels_files[0]}: missing; expected the {split!r} qrels (found {present})")
+    qrels: list[_Judgment] = []
+    split_of: dict[str, tuple[str, str]] = {}  # query id -> (split, where first judged)
+    for file in qrels_files:
+        for j in _read_beir_qrels(file):
+            first = split_of.setdefault(j.query_id, (file.stem, j.where))
+            if first[0] != file.stem:
+                raise DatasetError(
+                    f"{j.where}: query {j.query_id!r} is also judged in split {first[0]!r} "
+                    f"({first[1]}); expected each query in one split"
+                )
+            qrels.append(j)
+    queries = []
+    ids = _Ids()
+    for where, obj in _json_lines(queries_file, "BEIR queries.jsonl with _id, text"):
+        qid = _str_field(obj, "_id", where, nonempty=True)
+        ids.add(qid, where)
+        text = _str_field(obj, "text", where, nonempty=True)
+        # Queries judged in no file read get DEFAULT_SPLIT; with BEIR qrels they are then dropped.
+        qsplit = split_of.get(qid, (DEFAULT_SPLIT, ""))[0]
+        queries.append((qid, text, detect_language(text), DEFAULT_CATEGORY, qsplit))
+    notes = ["languages detected from script"]
+    return _Raw(name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes)
+
+
+def _read_beir_qrels(path: Path) -> Iterator[_Judgment]:
+    header = ["query-id", "corpus-id", "score"]
+    lines = _lines(path, "BEIR qrels with header query-id, corpus-id, score")
+    first = next(lines, None)
+    if first is None:
+        return
+    lineno, line = first
+    if [f.strip() for f in line.split("\t")] != header:
+        raise DatasetError(f"{path}:{lineno}: expected header 'query-id<TAB>corpus-id<TAB>score', found {line!r}")
+    for lineno, line in lines:
+        where = f"{path}:{lineno}"
+        fields = [f.strip() for f in line.split("\t")]
+        if len(fields) != 3:
+            raise DatasetError(
+                f"{where}: expected 3 tab-separated fields query-id, corpus-id, score; found {len(fields)}"
+            )
+        yield _Judgment(fields[0], fields[1], _parse_int(fields[2], where, "score"), where)
+
+
+# ---------------------------------------------------------------- TREC qrels
+
+
+def _read_trec_qrels(path: Path) -> list[_Judgment]:
+    qrels = []
+    for lineno, line in _lines(path, "TREC qrels (qid iter docno rel)"):
+        where = f"{path}:{lineno}"
+        fields = line.split()
+        if len(fields) != 4:
+            raise DatasetError(
+                f"{where}: expected 4 whitespace-separated fields qid iter docno rel; found {len(fields)}"
+            )
+        qrels.append(_Judgment(fields[0], fields[2], _parse_int(fields[3], where, "rel"), where))
+    return qrels
+
+
+# ---------------------------------------------------------------- Cranfield (SMART)
+
+
+def _read_cranfield(folder: Path, split: str, name: str | None = None) -> _Raw:
+    if split == "dev":
+        raise DatasetError(
+            f"{folder}: Cranfield has no dev split (all 225 queries are test queries); "
+            "expected split 'test' or 'all'"
+        )
+    corpus_file, queries_file, qrels_file = folder / "cran.all.1400", folder / "cran.qry", folder / "cran.qrels"
+    docs = []
+    empty = []
+    stray = []
+    ids = _Ids()
+    for where, number, fields, strays in _smart_records(corpus_file, "cran.all.1400 (SMART .I/.T/.A/.B/.W)"):
+        doc_id = str(number)
+        ids.add(doc_id, where)
+        title, text = _smart_text(fields.get(".T", [])), _smart_text(fields.get(".W", []))
+        if not title and not text:
+            empty.append(doc_id)
+        if strays:
+            stray.append(doc_id)
+        docs.append((doc_id, title, text, "en"))
+    queries = []
+    for position, (where, _, fields, _) in enumerate(_smart_records(queries_file, "cran.qry (SMART .I/.W)"), 1):
+        text = _smart_text(fields.get(".W", []))
+        if not text:
+            raise DatasetError(f"{where}: query at position {position} has no .W text; expected the query text")
+        # cran.qrels numbers queries by position in cran.qry, not by their .I number.
+        queries.append((str(position), text, "en", DEFAULT_CATEGORY, "test"))
+    qrels = []
+    for lineno, line in _lines(qrels_file, "cran.qrels (query_pos doc_id grade)"):
+        where = f"{qrels_file}:{lineno}"
+        fields = line.split()
+        if len(fields) != 3:
+            raise DatasetError(f"{where}: expected 3 fields query_pos doc_id grade; found {len(fields)}")
+        qrels.append(_Judgment(fields[0], fields[1], _parse_int(fields[2], where, "grade"), where))
+    notes = [
+        f"cranfield queries renumbered 1..{len(queries)} by position in cran.qry (its .I numbers "
+        "have gaps; cran.qrels uses positions)",
+    ]
+    if empty:
+        # Kept so ids and counts match the published collection (doc 995 is even judged);
+        # they produce no chunks and so are never retrieved.
+        notes.append(f"cranfield documents with no title or text, kept: {', '.join(empty)}")
+    if stray:
+        notes.append(
+            f"cranfield documents with stray field markers inside the abstract (text kept): {', '.join(stray)}"
+        )
+    return _Raw(
+        name or "cranfield", docs, queries, qrels, str(corpus_file), str(queries_file), notes,
+        default_grade_map=CRANFIELD_GRADE_MAP,
+    )
+
+
+_SMART_FIELDS = (".T", ".A", ".B", ".W")
+
+
+def _smart_records(path: Path, what: str) -> Iterator[tuple[str, int, dict[str, list[str]], int]]:
+    """Yield (where, .I number, field -> lines, stray marker count) for each SMART record."""
+    record: dict[str, list[str]] | None = None
+    field = None
+    where, number, strays = "", 0, 0
+    for lineno, line in _lines(path, what):
+        marker = line.strip()
+        if marker.split()[0] == ".I":
+            if record is not None:
+                yield where, number, record, strays
+            parts = marker.split()
+            where = f"{path}:{lineno}"
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise DatasetError(f"{where}: expected '.I <number>', found {marker!r}")
+            record, field, number, strays = {}, None, int(parts[1]), 0
+        elif marker in _SMART_FIELDS:
+            if record is None:
+                raise DatasetError(f"{path}:{lineno}: field {marker} before the first .I record")
+            if ".W" in record or marker in record:
+                # The abstract runs to the next .I: a marker inside it is a corruption of the
+                # collection (docs 240, 576, 578), and the lines after it still belong to the text.
+                strays += 1
+            else:
+                record[marker] = []
+                field = marker
+        else:
+            if record is None or field is None:
+                raise DatasetError(f"{path}:{lineno}: text outside a field; expected a .I/.T/.A/.B/.W marker")
+            record[field].append(line)
+    if record is not None:
+        yield where, number, record, strays
+
+
+def _smart_text(lines: list[str]) -> str:
+    # SMART wraps lines at a fixed width: the line breaks carry no meaning.
+    return " ".join(part.strip() for part in lines if part.strip())
+
+
+# ---------------------------------------------------------------- XQuAD
+
+
+def _read_xquad(
+    folder: Path, split: str, name: str | None = None, query_language: str = "en", doc_language: str = "en"
+) -> _Raw:
+    for option, value in (("query_language", query_language), ("doc_language", doc_language)):
+        if value not in ("en", "hi"):
+            raise DatasetError(f"xquad option {option}={value!r}; expected 'en' or 'hi'")
+    if split == "dev":
+        raise DatasetError(f"{folder}: XQuAD has no dev split (all questions are test queries); expected split 'test' or 'all'")
+    doc_file = folder / f"xquad.{doc_language}.json"
+    query_file = folder / f"xquad.{query_language}.json"
+    docs = []
+    doc_of_question: dict[str, str] = {}
+    doc_of_context: dict[str, str] = {}
+    for a, p, _, context, qas in _xquad_paragraphs(doc_file):
+        # Ids by position are shared across languages: XQuAD's files are parallel.
+        if context not in doc_of_context:
+            doc_of_context[context] = f"{a}-{p}"
+            docs.append((f"{a}-{p}", "", context, doc_language))
+        for _, qa in qas:
+            doc_of_question[qa["id"]] = doc_of_context[context]
+    queries = []
+    qrels = []
+    ids = _Ids()
+    for _, _, title, _, qas in _xquad_paragraphs(query_file):
+        for where, qa in qas:
+            qid = f"{qa['id']}-{query_language}"
+            ids.add(qid, where)
+            if qa["id"] not in doc_of_question:
+                raise DatasetError(f"{where}: question id {qa['id']!r} is not in {doc_file}; expected parallel files")
+            queries.append((qid, qa["question"], query_language, title, "test"))
+            qrels.append(_Judgment(qid, doc_of_question[qa["id"]], 1, where))
+    notes = [
+        f"xquad {query_language}->{doc_language}: documents are the unique paragraphs of "
+        f"xquad.{doc_language}.json (no title), each question's one relevant document is its paragraph"
+    ]
+    return _Raw(
+        name or f"xquad-{query_language}-{doc_language}", docs, queries, qrels, str(doc_file), str(query_file), notes
+    )
+
+
+def _xquad_paragraphs(path: Path) -> Iterator[tuple[int, int, str, str, list[tuple[str, dict]]]]:
+    """Yield (article index, paragraph index, title, context, [(where, qa)]) from SQuAD v1.1 JSON.
+
+    A JSON tree has no useful line per record, so `where` is the JSON path inside the file.
+    """
+    data = _read_json(path, "SQuAD v1.1 JSON (data[].paragraphs[].context/qas)")
+    articles = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(articles, list):
+        raise DatasetError(f"{path}: expected a JSON object with a 'data' array (SQuAD v1.1)")
+    for a, article in enumerate(articles):
+        where = f"{path}: data[{a}]"
+        if not isinstance(article, dict):
+            raise DatasetError(f"{where}: expected an object, found {_json_type(article)}")
+        title = _str_field(article, "title", where, nonempty=True)
+        paragraphs = article.get("paragraphs")
+        if not isinstance(paragraphs, list):
+            raise DatasetError(f"{where}: field 'paragraphs' must be an array, found {_json_type(paragraphs)}")
+        for p, paragraph in enumerate(paragraphs):
+            pwhere = f"{where}.paragraphs[{p}]"
+            if not isinstance(paragraph, dict):
+                raise DatasetError(f"{pwhere}: expected an object, found {_json_type(paragraph)}")
+            context = _str_field(paragraph, "context", pwhere, nonempty=True)
+            qas = paragraph.get("qas")
+            if not isinstance(qas, list):
+                raise DatasetError(f"{pwhere}: field 'qas' must be an array, found {_json_type(qas)}")
+            checked = []
+            for i, qa in enumerate(qas):
+                qwhere = f"{pwhere}.qas[{i}]"
+                if not isinstance(qa, dict):
+                    raise DatasetError(f"{qwhere}: expected an object, found {_json_type(qa)}")
+                _str_field(qa, "id", qwhere, nonempty=True)
+                _str_field(qa, "question", qwhere, nonempty=True)
+                checked.append((f"{qwhere} (id {qa['id']!r})", qa))
+            yield a, p, title, context, checked
+
+
+def _read_json(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing; expected {what}")
+    data = path.read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DatasetError(f"{path}:{line}: invalid UTF-8; expected UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+
+
+# ---------------------------------------------------------------- files
+
+
+def _write_atomically(target: Path, write: Callable[[str], Any]) -> None:
+    """Write via a temp file in the same folder and os.replace, so a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_READERS: dict[str, tuple[Callable[..., _Raw], set[str]]] = {
+    "jsonl": (_read_jsonl, {"name"}),
+    "beir": (_read_beir, {"name"}),
+    "cranfield": (_read_cranfield, {"name"}),
+    "xquad": (_read_xquad, {"name", "query_language", "doc_language"}),
+}

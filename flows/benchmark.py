@@ -50,7 +50,7 @@ def embed_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: s
         texts[id_column].to_list(), texts["text"].to_list(), role, Path(store),
         batch_size=provider.batch_size, progress=logger.info,
     )
-    logger.info(f"{provider.name} {role}s: {result.embedded} embedded, {result.from_cache} served from cache")
+    logger.info(f"{provider.name} {role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
     return result
 
 
@@ -127,8 +127,7 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
 
     summary = pl.read_parquet(tables["summary"])
     logger.info("summary\n" + report.summary_table_text(summary))
-    print(report.summary_table_text(summary))
-    print(f"\nembedded {embedded} texts, {cached} served from cache; tables in {spec.output_dir}")
+    logger.info(f"embedded {embedded} texts, {cached} served from cache; tables in {spec.output_dir}")
     return str(spec.output_dir)
 
 

@@ -30,9 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
     from tasks.dataset import DatasetError
-    from tasks.spec import SpecError
+    from tasks.spec import SpecError, load_spec
 
     try:
+        # Validate before Prefect starts its API server: a typo in the spec fails in milliseconds.
+        load_spec(args.spec)
         from flows.benchmark import benchmark
 
         benchmark(

@@ -46,8 +46,9 @@ class EmbeddingSet:
     set_key: str
     count: int
     dim: int
-    embedded: int
-    from_cache: int
+    embedded: int  # distinct texts embedded by this call
+    from_cache: int  # texts whose vector was already in the cache
+    repeated: int  # texts that repeat another text of this set (embedded once)
     seconds: float
 
 
@@ -95,8 +96,11 @@ def embed_texts(
     keys = [cache_key(fp_hash, role, text) for text in texts]
     cached = cached_keys(directory)
     missing: dict[str, str] = {}
+    from_cache = 0
     for key, text in zip(keys, texts):
-        if key not in cached and key not in missing:
+        if key in cached:
+            from_cache += 1
+        elif key not in missing:
             missing[key] = text
     dim = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name)
     if dim is None:
@@ -115,7 +119,8 @@ def embed_texts(
         count=len(keys),
         dim=dim,
         embedded=len(missing),
-        from_cache=len(keys) - len(missing),
+        from_cache=from_cache,
+        repeated=len(keys) - len(missing) - from_cache,
         seconds=time.perf_counter() - started,
     )
 
@@ -123,7 +128,7 @@ def embed_texts(
 def _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name) -> int | None:
     if not missing:
         if progress:
-            progress(f"{provider_name} {role}s: all served from cache, 0 texts embedded")
+            progress(f"{provider_name} {role} texts: all served from cache, 0 embedded")
         return None
     items = list(missing.items())
     new_shards: list[Path] = []
@@ -136,7 +141,7 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
         new_shards.append(_write_shard(directory, [key for key, _ in batch], vectors))
         done += len(batch)
         if progress:
-            progress(f"{provider_name} {role}s: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
+            progress(f"{provider_name} {role} texts: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
     if len(new_shards) > 1:
         _merge_shards(directory, new_shards)
     return dim

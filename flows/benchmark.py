@@ -9,18 +9,22 @@ for the providers named in `providers` (all when empty).
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import polars as pl
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tasks import ann, embed as embed_mod, index as index_mod, report, retrieve as retrieve_mod, score as score_mod
 from tasks.dataset import load_saved_dataset
 from tasks.manifest import build_manifest
+from tasks.publish import Published, publish, regressions_markdown
 from tasks.providers import create_provider
-from tasks.spec import STAGES, BenchmarkSpec, IndexesSpec, ProviderSpec, load_spec, select_providers
+from tasks.spec import STAGES, BenchmarkSpec, IndexesSpec, ProviderSpec, load_spec, select_providers, slug
 from tasks.stages import ChunksRef, DatasetRef, chunk_dataset, prepare_dataset
 
 # Our stages cache by content themselves; Prefect must not hash or persist their inputs.
@@ -98,6 +102,27 @@ def score_stage(runs: list[retrieve_mod.RunResult], dataset: DatasetRef, spec: B
     return paths
 
 
+class RegressionError(RuntimeError):
+    pass
+
+
+@stage(name="report")
+def report_stage(spec: BenchmarkSpec, run_id: str) -> Published:
+    logger = get_run_logger()
+    published = publish(spec, run_id)
+    summary = pl.read_parquet(Path(spec.output_dir) / "summary.parquet")
+    create_table_artifact(
+        key=slug(f"{spec.name}-summary"), table=summary.to_dicts(),
+        description=f"retbench summary of {spec.name}")
+    create_markdown_artifact(
+        key=slug(f"{spec.name}-regressions"), markdown=regressions_markdown(published),
+        description=f"regressions of {spec.name} against the previous and baseline runs")
+    logger.info(f"report: {published.html}")
+    if published.regressions:
+        logger.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")
+    return published
+
+
 @flow(name="benchmark", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | None = None,
               stage: str = "score", providers: list[str] | None = None, force: bool = False) -> str:
@@ -146,6 +171,10 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     manifest = build_manifest(spec, spec_path, stage, sorted(targeted), force, dataset, chunks,
                               embeddings, indexes, runs, tables, time.perf_counter() - started)
     report.write_manifest(spec.output_dir, manifest)
+    if reaches("score"):
+        published = report_stage(spec, str(flow_run.id or uuid.uuid4()))
+        if published.regressions and spec.history.fail_on_regression:
+            raise RegressionError(f"{published.regressions} regression(s); see {published.regressions_path}")
     texts = manifest["texts"]
     logger.info(f"stage {stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
                 f"output in {spec.output_dir}")

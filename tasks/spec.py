@@ -78,6 +78,13 @@ class IndexesSpec(_Strict):
         return self
 
 
+class HistorySpec(_Strict):
+    enabled: bool = True
+    baseline_run: str | None = Field(None, description="a run id to compare every run with, besides the previous run")
+    fail_on_regression: bool = False
+    measures: list[str] = Field(default_factory=lambda: ["ndcg@10", "recall@10", "mrr"])
+
+
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
@@ -88,6 +95,7 @@ class BenchmarkSpec(_Strict):
     depth: int = Field(100, ge=1, description="documents retrieved per query (MRR and MAP look this deep)")
     output_dir: Path = Path("out")
     store_dir: Path = Path(".store")
+    history: HistorySpec = Field(default_factory=HistorySpec)
 
     @field_validator("k")
     @classmethod

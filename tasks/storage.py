@@ -6,6 +6,7 @@ and fsynced, then renamed over the target.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,10 +24,18 @@ def stable_hash(*parts: Any) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, remembered per (path, size, mtime) for this process:
+    fingerprints hash model weights on every stage, and those files are large."""
+    stat = os.stat(path)
+    return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(chunk_size):
+        while block := handle.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
 

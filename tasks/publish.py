@@ -1,0 +1,69 @@
+"""After scoring: record the run in the history, look for regressions, write the report."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from tasks import history
+from tasks.html_report import build_report
+from tasks.spec import BenchmarkSpec
+from tasks.storage import write_parquet
+
+
+@dataclass(frozen=True)
+class Published:
+    html: str
+    markdown: str
+    regressions_path: str | None
+    regressions: int
+    previous_run: str | None
+    baseline_run: str | None
+
+
+def publish(spec: BenchmarkSpec, run_id: str) -> Published:
+    output_dir = Path(spec.output_dir)
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    per_query = pl.read_parquet(output_dir / "per_query.parquet")
+    summary = pl.read_parquet(output_dir / "summary.parquet")
+    store = spec.store_dir
+    settings = spec.history
+
+    checks = []
+    previous = history.previous_run_id(store, spec.name, run_id) if settings.enabled else None
+    if previous:
+        checks.append(history.regressions(per_query, history.per_query_of(store, previous), "previous", previous, settings.measures))
+    baseline = settings.baseline_run
+    if baseline:
+        reference = history.per_query_of(store, baseline)
+        if reference.is_empty():
+            raise ValueError(f"history.baseline_run {baseline!r} is not in the history under {history.history_dir(store)}")
+        checks.append(history.regressions(per_query, reference, "baseline", baseline, settings.measures))
+    checks = [c for c in checks if not c.is_empty()]
+    found = pl.concat(checks) if checks else None
+    regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
+
+    if settings.enabled:
+        history.append_run(store, run_id, manifest, summary, per_query)
+    trend = history.trend_table(store, spec.name) if settings.enabled else None
+    html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found)
+    return Published(
+        html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
+        regressions=0 if found is None else found.filter(pl.col("regression")).height,
+        previous_run=previous, baseline_run=baseline,
+    )
+
+
+def regressions_markdown(published: Published) -> str:
+    if published.regressions_path is None:
+        return "No earlier run of this spec to compare with."
+    table = pl.read_parquet(published.regressions_path)
+    flagged = table.filter(pl.col("regression"))
+    if flagged.is_empty():
+        return f"No regression against {', '.join(sorted(set(table['against'])))} run(s)."
+    from tasks.html_report import md_table
+
+    return f"**{flagged.height} regression(s)**\n\n" + md_table(
+        flagged.select("against", "provider", "index", "nprobe", "measure", "reference", "current", "diff", "ci_low", "ci_high"))

@@ -177,7 +177,7 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     if regressions is not None and not regressions.is_empty():
         flagged = regressions.filter(pl.col("regression"))
         note = f"{flagged.height} regression(s): the 95% interval of the paired difference lies below zero." if flagged.height else "No regression."
-        sections.append(("Regressions", None, flagged if flagged.height else regressions.head(0), note))
+        sections.append(("Regressions", None, flagged if flagged.height else regressions, note))
     breakdown = _read(output_dir, "breakdown")
     if breakdown is not None:
         png, wide = language_heatmap(breakdown, measure)

@@ -179,3 +179,18 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     logger.info(f"stage {stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
                 f"output in {spec.output_dir}")
     return str(spec.output_dir)
+
+
+def with_task_runner(dask: str | None):
+    """The benchmark flow on the default runner, or on Dask: "local" starts a local
+    cluster (one process per core), anything else is a scheduler address."""
+    if not dask:
+        return benchmark
+    from prefect_dask import DaskTaskRunner
+
+    if dask == "local":
+        runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
+    else:
+        runner = DaskTaskRunner(address=dask)
+    return benchmark.with_options(task_runner=runner)
+

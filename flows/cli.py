@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--provider", action="append", dest="providers", metavar="NAME",
                      help="only these providers for a partial run, and the ones --force applies to (repeatable)")
     run.add_argument("--force", action="store_true", help="recompute --stage even when its output is in the store")
+    run.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
+                     help="run the providers' stages in parallel on Dask: a local cluster, or the scheduler at ADDRESS")
     run.set_defaults(func=_run)
 
     try:
@@ -42,9 +44,9 @@ def _run(args) -> int:
     try:
         # Validate before Prefect starts its API server: a typo in the spec fails in milliseconds.
         select_providers(load_spec(args.spec), args.providers)
-        from flows.benchmark import benchmark
+        from flows.benchmark import with_task_runner
 
-        benchmark(
+        with_task_runner(args.dask)(
             str(args.spec),
             output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
             store_dir=str(args.store_dir.resolve()) if args.store_dir else None,

@@ -7,12 +7,14 @@ Layout under the store root:
     sets/<set key>.parquet                                                (id, key) in set order
 
 A provider whose fingerprint changes gets a new folder, so only its rows are
-recomputed. Each batch is written as its own shard the moment it is embedded,
-so a crash loses at most the batch in flight; the shards of one call are merged
-at the end to keep the folder small.
+recomputed. Each batch is written as its own shard the moment it is embedded
+(providers with `encode_batches` run several at once and hand them over as they
+complete), so a crash loses at most the batches in flight; the shards of one call
+are merged at the end, also after a failure, to keep the folder small.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -50,6 +52,11 @@ class EmbeddingSet:
     from_cache: int  # texts whose vector was already in the cache
     repeated: int  # texts that repeat another text of this set (embedded once)
     seconds: float
+    # For the cost ledger: tokens sent by this call and tokens the cache spared it.
+    tokens: int = 0
+    token_source: str = "none"  # usage | tokenizer | estimate (the weakest part of a mix); none if nothing embedded
+    cached_tokens: int = 0
+    cached_token_source: str = "none"  # tokenizer | estimate
 
 
 def full_fingerprint(provider: Provider) -> dict:
@@ -83,8 +90,12 @@ def embed_texts(
     store: Path,
     batch_size: int = 64,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> EmbeddingSet:
-    """Make sure every text has a cached vector, then write the ordered set file."""
+    """Make sure every text has a cached vector, then write the ordered set file.
+
+    `force` embeds every text again; the new rows win over the old ones on read.
+    """
     started = time.perf_counter()
     if len(ids) != len(texts):
         raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
@@ -94,17 +105,20 @@ def embed_texts(
         write_json(directory / "fingerprint.json", fingerprint)
 
     keys = [cache_key(fp_hash, role, text) for text in texts]
-    cached = cached_keys(directory)
+    cached = set() if force else cached_keys(directory)
     missing: dict[str, str] = {}
-    from_cache = 0
+    cached_texts: list[str] = []
     for key, text in zip(keys, texts):
         if key in cached:
-            from_cache += 1
+            cached_texts.append(text)
         elif key not in missing:
             missing[key] = text
-    dim = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name)
+    known_dim = cache_dim(directory) if shard_paths(directory) else None
+    dim, tokens, token_source = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, known_dim)
     if dim is None:
         dim = cache_dim(directory)
+    cached_tokens, cached_source = count_tokens(provider, cached_texts, role) if cached_texts else (0, "none")
+    from_cache = len(cached_texts)
 
     set_key = stable_hash(fp_hash, role, keys, list(ids))
     set_path = Path(store) / "sets" / f"{set_key}.parquet"
@@ -122,29 +136,83 @@ def embed_texts(
         from_cache=from_cache,
         repeated=len(keys) - len(missing) - from_cache,
         seconds=time.perf_counter() - started,
+        tokens=tokens,
+        token_source=token_source,
+        cached_tokens=cached_tokens,
+        cached_token_source=cached_source,
     )
 
 
-def _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name) -> int | None:
+def _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, known_dim=None):
+    """Embed `missing` ({key: text}), one shard per batch as it completes; (dim, tokens, token source)."""
     if not missing:
         if progress:
             progress(f"{provider_name} {role} texts: all served from cache, 0 embedded")
-        return None
-    items = list(missing.items())
+        return None, 0, "none"
+    # Similar lengths in one batch waste less padding (sentence-transformers pads to the
+    # longest text of a batch); the cache is keyed, so the order does not matter.
+    items = sorted(missing.items(), key=lambda item: len(item[1]))
     new_shards: list[Path] = []
-    dim = None
-    done = 0
+    dim = known_dim
+    done = tokens = 0
+    sources: list[str] = []
+    batches = _batches(provider, role, items, batch_size)
+    try:
+        for batch_keys, raw, batch_tokens, source in batches:
+            vectors = _checked(raw, len(batch_keys), provider_name)
+            if dim is not None and vectors.shape[1] != dim:
+                raise ValueError(
+                    f"provider {provider_name!r} returned dimension {vectors.shape[1]}, but {directory} holds dimension {dim}"
+                )
+            dim = vectors.shape[1]
+            new_shards.append(_write_shard(directory, batch_keys, vectors))
+            done += len(batch_keys)
+            tokens += batch_tokens
+            sources.append(source)
+            if progress:
+                progress(f"{provider_name} {role} texts: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
+    finally:
+        batches.close()  # stops a provider's in-flight requests if we failed first
+        # Also on failure: what was embedded stays, in fewer files.
+        if len(new_shards) > 1:
+            _merge_shards(directory, new_shards)
+    return dim, tokens, _weakest(sources)
+
+
+def _batches(provider, role, items, batch_size):
+    """(keys, vectors, tokens, token source) per batch, in completion order.
+
+    A provider with `plan_batches` and `encode_batches` (the HTTP providers) chooses its
+    own batches (count and token budget) and runs several at once; others get
+    `batch_size` texts per `encode` call, one at a time.
+    """
+    texts = [text for _, text in items]
+    if hasattr(provider, "encode_batches") and hasattr(provider, "plan_batches"):
+        plan = provider.plan_batches(texts, role, batch_size)
+        with contextlib.closing(provider.encode_batches([[texts[i] for i in batch] for batch in plan], role)) as results:
+            for index, result in results:
+                yield [items[i][0] for i in plan[index]], result.vectors, result.tokens, result.token_source
+        return
     for start in range(0, len(items), batch_size):
-        batch = items[start : start + batch_size]
-        vectors = _checked(provider.encode([text for _, text in batch], role), len(batch), provider_name)
-        dim = vectors.shape[1]
-        new_shards.append(_write_shard(directory, [key for key, _ in batch], vectors))
-        done += len(batch)
-        if progress:
-            progress(f"{provider_name} {role} texts: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
-    if len(new_shards) > 1:
-        _merge_shards(directory, new_shards)
-    return dim
+        batch = texts[start : start + batch_size]
+        vectors = provider.encode(batch, role)
+        tokens, source = count_tokens(provider, batch, role)
+        yield [key for key, _ in items[start : start + batch_size]], vectors, tokens, source
+
+
+def count_tokens(provider, texts: Sequence[str], role: Role) -> tuple[int, str]:
+    """Tokens of `texts` from the provider's tokenizer when it has one, else ceil(chars/4)."""
+    if hasattr(provider, "token_counts"):
+        counts, source = provider.token_counts(texts, role)
+        return int(sum(counts)), source
+    return sum(max(1, -(-len(text) // 4)) for text in texts), "estimate"
+
+
+def _weakest(sources: list[str]) -> str:
+    for source in ("estimate", "tokenizer", "usage"):
+        if source in sources:
+            return source
+    return "none"
 
 
 def _checked(vectors, expected_rows: int, provider_name: str) -> np.ndarray:
@@ -213,7 +281,8 @@ def load_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray]:
         found.append(shard.join(wanted.select("key").unique(), on="key", how="semi"))
     if not found:
         raise FileNotFoundError(f"embedding cache {embedding_set.cache_dir} is empty")
-    rows = pl.concat(found).unique(subset="key", keep="first")
+    # Shards sort by creation time: after a forced re-embed the newest row wins.
+    rows = pl.concat(found).unique(subset="key", keep="last", maintain_order=True)
     joined = wanted.join(rows, on="key", how="left").sort("order")
     missing = joined.filter(pl.col("vector").is_null())
     if missing.height:

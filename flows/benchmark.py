@@ -24,6 +24,7 @@ from tasks.dataset import load_saved_dataset
 from tasks.manifest import build_manifest
 from tasks.publish import Published, publish, regressions_markdown
 from tasks.providers import create_provider
+from tasks.remote_store import StoreMirror, default_mirror, display_uri, is_remote
 from tasks.spec import STAGES, BenchmarkSpec, IndexesSpec, ProviderSpec, load_spec, select_providers, slug
 from tasks.stages import ChunksRef, DatasetRef, chunk_dataset, prepare_dataset
 
@@ -127,11 +128,23 @@ def report_stage(spec: BenchmarkSpec, run_id: str) -> Published:
 def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | None = None,
               stage: str = "score", providers: list[str] | None = None, force: bool = False) -> str:
     """Run the benchmark described by the spec file up to `stage`; returns the output directory."""
-    logger = get_run_logger()
-    started = time.perf_counter()
     spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+    if not is_remote(spec.store_dir):
+        return run_pipeline(spec, spec_path, stage, providers, force)
+    mirror = StoreMirror(spec.store_dir, spec.store_mirror or default_mirror(spec.store_dir))
+    get_run_logger().info(f"store {display_uri(spec.store_dir)}: pulled {mirror.pull()} files into {mirror.local}")
+    try:
+        return run_pipeline(spec.model_copy(update={"store_dir": str(mirror.local)}), spec_path, stage, providers, force)
+    finally:
+        # Also after a failure: what was computed reaches the shared store.
+        get_run_logger().info(f"store {display_uri(spec.store_dir)}: pushed {mirror.push()} files")
+
+
+def run_pipeline(spec: BenchmarkSpec, spec_path: str, stage: str, providers: list[str] | None, force: bool) -> str:
+    logger = get_run_logger()
+    started = time.perf_counter()
     targeted = {p.name for p in select_providers(spec, providers)}
     reaches = lambda name: STAGES.index(stage) >= STAGES.index(name)
     forced = lambda name: force and stage == name

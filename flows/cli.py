@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run the benchmark flow for a spec (embedded Prefect, no server needed)")
     run.add_argument("spec", type=Path)
     run.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
-    run.add_argument("--store-dir", type=Path, help="override the spec's store_dir (the cache root)")
+    run.add_argument("--store-dir", help="override the spec's store_dir (the cache root): a folder or an s3://... URI")
     run.add_argument("--stage", default="score", choices=STAGES,
                      help="run up to this stage (default: all); e.g. --stage embed after a model update")
     run.add_argument("--provider", action="append", dest="providers", metavar="NAME",
@@ -49,7 +49,7 @@ def _run(args) -> int:
         with_task_runner(args.dask)(
             str(args.spec),
             output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
-            store_dir=str(args.store_dir.resolve()) if args.store_dir else None,
+            store_dir=_local_or_uri(args.store_dir),
             stage=args.stage,
             providers=args.providers,
             force=args.force,
@@ -58,6 +58,14 @@ def _run(args) -> int:
         print(f"retbench: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _local_or_uri(store: str | None) -> str | None:
+    from tasks.remote_store import is_remote
+
+    if store is None or is_remote(store):
+        return store
+    return str(Path(store).resolve())
 
 
 if __name__ == "__main__":

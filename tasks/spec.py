@@ -94,7 +94,8 @@ class BenchmarkSpec(_Strict):
     k: list[int] = Field(default_factory=lambda: [5, 10, 20])
     depth: int = Field(100, ge=1, description="documents retrieved per query (MRR and MAP look this deep)")
     output_dir: Path = Path("out")
-    store_dir: Path = Path(".store")
+    store_dir: str = Field(".store", description="a local folder, or an object-store URI such as s3://bucket/prefix")
+    store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
 
     @field_validator("k")
@@ -158,10 +159,14 @@ def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
         return None if p is None else (p if p.is_absolute() else (base / p)).resolve()
 
     dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path), "qrels": resolve(spec.dataset.qrels)})
+    from tasks.remote_store import is_remote
+
+    store = spec.store_dir if is_remote(spec.store_dir) else str(resolve(Path(spec.store_dir)))
     return spec.model_copy(update={
         "dataset": dataset,
         "output_dir": resolve(spec.output_dir),
-        "store_dir": resolve(spec.store_dir),
+        "store_dir": store,
+        "store_mirror": resolve(spec.store_mirror),
     })
 
 

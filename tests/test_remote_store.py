@@ -1,0 +1,80 @@
+"""The store on an S3-compatible object store: moto's server on 127.0.0.1, started by the test."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SPEC = """
+name: s3
+dataset: {{path: {data}, format: jsonl, split: dev}}
+chunking: {{strategy: paragraph, max_words: 120}}
+providers: [{{name: lexical, kind: hashing, options: {{dim: 256}}}}]
+indexes: {{ivf: {{nprobe: [2]}}}}
+output_dir: {out}
+store_dir: "{store}"
+store_mirror: {mirror}
+"""
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    pytest.importorskip("moto")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    try:
+        import httpx
+
+        for _ in range(120):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.25)
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1", allow_bucket_creation=True)
+        fs.create_dir("retbench-test")
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_store_on_s3_is_shared_between_mirrors(s3_endpoint, tmp_path, prefect_harness):
+    from flows.benchmark import benchmark
+    from tasks.remote_store import StoreMirror
+
+    uri = f"s3://retbench-test/store?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
+    manifests = []
+    for attempt in ("first", "second"):
+        spec = tmp_path / f"{attempt}.yaml"
+        spec.write_text(SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / attempt, store=uri, mirror=tmp_path / f"mirror-{attempt}"))
+        benchmark(str(spec))
+        manifests.append(json.loads((tmp_path / attempt / "manifest.json").read_text()))
+    first, second = manifests
+    assert first["texts"]["embedded"] > 0
+    # A fresh mirror served everything from the object store.
+    assert second["texts"] == {"embedded": 0, "from_cache": first["texts"]["embedded"]}
+    assert not any(i["built"] for i in second["indexes"])
+    remote = StoreMirror(uri, tmp_path / "check")._remote_files()
+    assert any(name.startswith("embeddings/hashing-") for name in remote)
+    assert any(name.endswith("flat.faiss") for name in remote)
+    assert any(name.startswith("history/summary/date=") for name in remote)

@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
                      help="run the providers' stages in parallel on Dask: a local cluster, or the scheduler at ADDRESS")
     run.set_defaults(func=_run)
 
+    history = commands.add_parser("history", help="print the trend of a spec's recorded runs")
+    history.add_argument("spec", type=Path)
+    history.add_argument("-m", "--measure", default="ndcg@10")
+    history.add_argument("--store-dir", help="override the spec's store_dir")
+    history.set_defaults(func=_history)
+
     try:
         from flows import eval_command
     except ImportError:
@@ -57,6 +63,33 @@ def _run(args) -> int:
     except (SpecError, DatasetError) as error:
         print(f"retbench: {error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _history(args) -> int:
+    import polars as pl
+
+    from tasks import history
+    from tasks.remote_store import StoreMirror, default_mirror, is_remote
+    from tasks.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
+    except SpecError as error:
+        print(f"retbench: {error}", file=sys.stderr)
+        return 2
+    store = spec.store_dir
+    if is_remote(store):
+        mirror = StoreMirror(store, spec.store_mirror or default_mirror(store))
+        mirror.pull()
+        store = mirror.local
+    trend = history.trend_table(store, spec.name, args.measure)
+    if trend.is_empty():
+        print(f"no recorded runs of spec {spec.name!r} in {store}")
+        return 0
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=40, tbl_hide_dataframe_shape=True):
+        print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")
+        print(trend.with_columns(pl.col("run_id").str.slice(0, 8), pl.col("git_commit").str.slice(0, 10)))
     return 0
 
 

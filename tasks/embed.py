@@ -242,7 +242,7 @@ def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray) -> Path:
 
 def _merge_shards(directory: Path, shards: list[Path]) -> None:
     # The merged shard is complete on disk before the small ones go, so a crash
-    # here leaves duplicates (harmless: readers keep the first) but never a gap.
+    # here leaves duplicates (harmless: readers keep one row per key) but never a gap.
     table = pa.concat_tables([pq.read_table(path) for path in shards])
     _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table))
     for path in shards:

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from tasks import ann, embed as embed_mod, index as index_mod, report, retrieve as retrieve_mod, score as score_mod
+from tasks import ann, breakdown, embed as embed_mod, failures, index as index_mod, report, retrieve as retrieve_mod, score as score_mod
 from tasks.dataset import load_saved_dataset
 from tasks.manifest import build_manifest
 from tasks.publish import Published, publish, regressions_markdown
@@ -89,9 +89,13 @@ def score_stage(runs: list[retrieve_mod.RunResult], dataset: DatasetRef, spec: B
     per_query = score_mod.score_runs(run, saved.qrels, saved.queries, score_mod.default_measures(spec.k))
     summary = score_mod.summarize(per_query)
     overlap = ann.topk_overlap(run, spec.k)
+    cut = 10 if 10 in spec.k else max(spec.k)
     tables = {
         "summary": summary,
         "per_query": per_query,
+        "breakdown": breakdown.breakdown_table(per_query, saved.queries, saved.qrels, saved.corpus, resamples=1000, seed=0),
+        "comparisons": breakdown.comparison_table(per_query, resamples=1000, seed=0),
+        "failures": failures.failure_table(run, per_query, saved.queries, saved.qrels, measure=f"ndcg@{cut}", threshold=0.5, k=cut),
         "ann_vs_exact": ann.exact_vs_approximate(summary, overlap),
         "ann_overlap_per_query": overlap,
         "runs": run,

@@ -31,12 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--store-dir", help="override the spec's store_dir")
     history.set_defaults(func=_history)
 
-    try:
-        from flows import eval_command
-    except ImportError:
-        eval_command = None
-    if eval_command is not None:
-        eval_command.add_parser(commands)
+    from flows import eval_command, hard_negatives_command
+
+    eval_command.add_parser(commands)
+    hard_negatives_command.add_parser(commands)
 
     args = parser.parse_args(argv)
     return args.func(args)

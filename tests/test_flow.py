@@ -40,9 +40,27 @@ def test_tables_exist_with_their_columns(sample_runs):
         "ann_vs_exact": ["provider", "index", "nprobe", "measure", "exact", "approximate", "delta"],
         "runs": ["query_id", "provider", "index", "nprobe", "rank", "doc_id", "chunk_id", "score"],
     }
+    expected["breakdown"] = ["provider", "index", "nprobe", "slice_kind", "slice", "measure", "mean", "ci_low", "ci_high", "n"]
     for name, columns in expected.items():
         assert pl.read_parquet(out / f"{name}.parquet").columns == columns
     assert (out / "summary.csv").exists() and (out / "runs.trec").exists() and (out / "manifest.parquet").exists()
+    for name in ("comparisons", "failures", "ann_overlap_per_query"):
+        assert (out / f"{name}.parquet").exists()
+    assert (out / "report.html").exists() and (out / "report.md").exists()
+
+
+def test_breakdown_separates_language_pairs_and_splits(sample_runs):
+    base, _, _ = sample_runs
+    breakdown = pl.read_parquet(base / "out" / "breakdown.parquet").filter(
+        (pl.col("index") == "flat") & (pl.col("measure") == "ndcg@10"))
+    pairs = dict(breakdown.filter(pl.col("slice_kind") == "language_pair").select("slice", "n").iter_rows())
+    # 78 English queries, 12 Hindi and 12 Hinglish ones, judged mostly against English documents.
+    assert sum(pairs.values()) == 102
+    assert any(p.startswith("hinglish->") for p in pairs) and any(p.startswith("hi->") for p in pairs)
+    splits = dict(breakdown.filter(pl.col("slice_kind") == "split").select("slice", "n").iter_rows())
+    assert splits == {"dev": 51, "test": 51}
+    every = breakdown.filter(pl.col("slice_kind") == "all").row(0, named=True)
+    assert every["ci_low"] < every["mean"] < every["ci_high"]
 
 
 def test_summary_has_flat_and_every_ivf_setting(sample_runs):

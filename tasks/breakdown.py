@@ -1,0 +1,302 @@
+"""Slice every mean by language pair, category and split, with bootstrap confidence intervals,
+and compare settings query by query (paired bootstrap CI and a sign-flip randomization test).
+
+A mean over 30 queries is not a result without its interval, and an overall mean can hide a
+language on which a model collapses: these tables show both. All resampling is seeded and
+vectorised with numpy; the same slice draws the same resamples for every setting, so two
+settings scored on the same queries get comparable intervals.
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import polars as pl
+
+from tasks.language import detect_language
+
+SETTING = ["provider", "index", "nprobe"]
+FLAT = "flat"
+SLICE_KINDS = ("all", "language_pair", "category", "split")
+NO_RELEVANT = "none"  # document language of a query with no relevant document
+
+BREAKDOWN_SCHEMA = {
+    "provider": pl.String,
+    "index": pl.String,
+    "nprobe": pl.Int64,
+    "slice_kind": pl.String,
+    "slice": pl.String,
+    "measure": pl.String,
+    "mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n": pl.Int64,
+}
+COMPARISON_SCHEMA = {
+    "a_provider": pl.String,
+    "a_index": pl.String,
+    "a_nprobe": pl.Int64,
+    "b_provider": pl.String,
+    "b_index": pl.String,
+    "b_nprobe": pl.Int64,
+    "measure": pl.String,
+    "n": pl.Int64,
+    "mean_a": pl.Float64,
+    "mean_b": pl.Float64,
+    "diff": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "p_value": pl.Float64,
+}
+
+# Cap on the size of one (resamples x queries) block, so memory stays flat on large query sets.
+_BLOCK = 1 << 22
+
+
+def _require(df: pl.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing columns {missing} (found {df.columns})")
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be between 0 and 1 (got {level})")
+
+
+def _rng(seed: int, *key: str) -> np.random.Generator:
+    """A generator that depends on the seed and a stable key, not on the order groups are visited."""
+    return np.random.default_rng([seed, *(zlib.crc32(part.encode("utf-8")) for part in key)])
+
+
+# ---------------------------------------------------------------- language pairs
+
+
+def language_pairs(queries: pl.DataFrame, qrels: pl.DataFrame, corpus: pl.DataFrame,
+                   relevance_level: int = 1) -> pl.DataFrame:
+    """query_id, query_language, doc_language, language_pair ("hi->en", "en->en+hi", "en->none").
+
+    Languages come from the data's `language` column when set, else from the script (Devanagari
+    -> hi, else en; Hinglish can only come from the data). A query's document language is the
+    sorted, "+"-joined set of languages of its relevant documents (grade >= relevance_level).
+    """
+    _require(queries, ["query_id", "text"], "queries")
+    _require(qrels, ["query_id", "doc_id", "grade"], "qrels")
+    _require(corpus, ["doc_id", "text"], "corpus")
+    q_lang = _languages(queries, "query_id", ["text"]).rename({"language": "query_language"})
+    d_lang = _languages(corpus, "doc_id", ["title", "text"]).rename({"language": "doc_lang"})
+    relevant = qrels.filter(pl.col("grade") >= relevance_level).select("query_id", "doc_id")
+    missing = relevant.join(d_lang, on="doc_id", how="anti")
+    if missing.height:
+        q, d = missing.row(0)
+        raise ValueError(f"qrels: query {q!r} judges doc {d!r}, which is not in the corpus ({missing.height} such judgments)")
+    doc_language = (
+        relevant.join(d_lang, on="doc_id")
+        .group_by("query_id")
+        .agg(doc_language=pl.col("doc_lang").unique().sort().str.join("+"))
+    )
+    return (
+        q_lang.join(doc_language, on="query_id", how="left", maintain_order="left")
+        .with_columns(pl.col("doc_language").fill_null(NO_RELEVANT))
+        .with_columns(language_pair=pl.concat_str("query_language", pl.lit("->"), "doc_language"))
+    )
+
+
+def _languages(frame: pl.DataFrame, id_column: str, text_columns: list[str]) -> pl.DataFrame:
+    """id, language: the data's language where set, else detected from the script of the text."""
+    columns = [c for c in text_columns if c in frame.columns]
+    given = frame["language"] if "language" in frame.columns else pl.Series([None] * frame.height, dtype=pl.String)
+    texts = frame.select(pl.concat_str([pl.col(c).fill_null("") for c in columns], separator=" ")).to_series()
+    language = [g if g else detect_language(t) for g, t in zip(given.to_list(), texts.to_list())]
+    return pl.DataFrame({id_column: frame[id_column], "language": pl.Series(language, dtype=pl.String)})
+
+
+# ---------------------------------------------------------------- bootstrap
+
+
+def bootstrap_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, measures) means of `values` (queries x measures) over queries drawn with replacement."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        values = values[:, None]
+    n = values.shape[0]
+    if n == 0:
+        raise ValueError("cannot bootstrap an empty sample")
+    out = np.empty((resamples, values.shape[1]))
+    step = max(1, _BLOCK // n)
+    for start in range(0, resamples, step):
+        b = min(step, resamples - start)
+        rows = rng.integers(0, n, size=(b, n))
+        # How often each query is drawn, per resample: the mean is then one matrix product.
+        counts = np.bincount((rows + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+        out[start:start + b] = counts @ values / n
+    return out
+
+
+def bootstrap_ci(values: np.ndarray, resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap interval of the mean of each column (a 1-D input is one column)."""
+    _check_level(level)
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1 (got {resamples})")
+    means = bootstrap_means(values, resamples, np.random.default_rng(seed))
+    return _percentiles(means, level)
+
+
+def _percentiles(means: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1 - level) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha], axis=0)
+    return low, high
+
+
+def _matrix(group: pl.DataFrame, measures: list[str]) -> tuple[list[str], np.ndarray]:
+    """Query ids (sorted) and a (queries x measures) array; a query missing a measure is an error."""
+    wide = group.pivot(on="measure", index="query_id", values="value").sort("query_id")
+    absent = [m for m in measures if m not in wide.columns]
+    if absent:
+        raise ValueError(f"per_query: no values for measures {absent}")
+    matrix = wide.select(measures)
+    if matrix.null_count().sum_horizontal().item():
+        raise ValueError("per_query: some queries lack a value for some measure; expected every measure for every query")
+    return wide["query_id"].to_list(), matrix.to_numpy().astype(np.float64)
+
+
+# ---------------------------------------------------------------- breakdown
+
+
+def breakdown_table(per_query: pl.DataFrame, queries: pl.DataFrame, qrels: pl.DataFrame, corpus: pl.DataFrame,
+                    resamples: int = 1000, seed: int = 0, level: float = 0.95,
+                    relevance_level: int = 1) -> pl.DataFrame:
+    """Mean, bootstrap CI and query count of every measure, per setting, for the whole query set
+    and per language pair, category and split.
+
+    Columns: provider, index, nprobe, slice_kind (all | language_pair | category | split), slice,
+    measure, mean, ci_low, ci_high, n. Categories and splits come from `queries`; queries absent
+    from it fall into "unknown".
+    """
+    _check_level(level)
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1 (got {resamples})")
+    _require(per_query, [*SETTING, "query_id", "measure", "value"], "per_query")
+    _require(queries, ["query_id", "text", "category", "split"], "queries")
+    pairs = language_pairs(queries, qrels, corpus, relevance_level)
+    slices = (
+        queries.select("query_id", "category", "split")
+        .join(pairs.select("query_id", "language_pair"), on="query_id", how="left")
+        .with_columns(pl.lit("all").alias("all"))
+    )
+    scored = per_query.select(*SETTING, "query_id", "measure", "value").join(slices, on="query_id", how="left")
+    scored = scored.with_columns(pl.col("category", "split", "language_pair").fill_null("unknown"))
+    measures = list(dict.fromkeys(per_query["measure"].to_list()))
+
+    rows = []
+    for kind in SLICE_KINDS:
+        for (slice_value,), part in scored.group_by(kind, maintain_order=True):
+            for setting, group in _settings(part):
+                _, values = _matrix(group, measures)
+                rng = _rng(seed, kind, str(slice_value))
+                low, high = _percentiles(bootstrap_means(values, resamples, rng), level)
+                mean = values.mean(axis=0)
+                for j, measure in enumerate(measures):
+                    rows.append((*setting, kind, str(slice_value), measure, float(mean[j]),
+                                 float(low[j]), float(high[j]), values.shape[0]))
+    table = pl.DataFrame(rows, schema=BREAKDOWN_SCHEMA, orient="row")
+    kind_order = pl.col("slice_kind").replace_strict(list(SLICE_KINDS), list(range(len(SLICE_KINDS))))
+    return table.sort([*SETTING, kind_order, "slice", "measure"], nulls_last=False, maintain_order=True)
+
+
+def _settings(frame: pl.DataFrame) -> Iterator[tuple[tuple, pl.DataFrame]]:
+    for setting, group in frame.group_by(SETTING, maintain_order=True):
+        yield tuple(setting), group
+
+
+# ---------------------------------------------------------------- paired comparisons
+
+
+def randomization_p_value(diffs: np.ndarray, permutations: int, rng: np.random.Generator) -> np.ndarray:
+    """Two-sided paired randomization test of mean difference 0, per column of `diffs` (queries x measures).
+
+    Under the null each query's difference is as likely to have either sign; p is the share of
+    sign-flipped means at least as far from 0 as the observed one, counting the observed one
+    ((hits + 1) / (permutations + 1)), so it is never 0.
+    """
+    diffs = np.asarray(diffs, dtype=np.float64)
+    if diffs.ndim == 1:
+        diffs = diffs[:, None]
+    n = diffs.shape[0]
+    observed = np.abs(diffs.mean(axis=0))
+    # Float sums of the same numbers in another order differ in the last bits; such a tie is a tie.
+    tolerance = 1e-9 * np.maximum(np.abs(diffs).mean(axis=0), 1e-300)
+    hits = np.zeros(diffs.shape[1], dtype=np.int64)
+    step = max(1, _BLOCK // max(n, 1))
+    for start in range(0, permutations, step):
+        b = min(step, permutations - start)
+        signs = rng.integers(0, 2, size=(b, n), dtype=np.int8) * 2 - 1
+        flipped = np.abs(signs @ diffs) / n
+        hits += (flipped >= observed - tolerance).sum(axis=0)
+    return (hits + 1) / (permutations + 1)
+
+
+def paired_comparison(per_query: pl.DataFrame, a: tuple, b: tuple, resamples: int = 1000,
+                      permutations: int = 10000, seed: int = 0, level: float = 0.95) -> pl.DataFrame:
+    """Setting a vs setting b ((provider, index, nprobe) each) on the queries both scored, per measure.
+
+    diff = mean_a - mean_b; its CI is a paired bootstrap (queries resampled, both settings
+    together) and p_value a paired sign-flip randomization test.
+    """
+    _check_level(level)
+    if resamples < 1 or permutations < 1:
+        raise ValueError(f"resamples and permutations must be >= 1 (got {resamples}, {permutations})")
+    _require(per_query, [*SETTING, "query_id", "measure", "value"], "per_query")
+    measures = list(dict.fromkeys(per_query["measure"].to_list()))
+    ids_a, values_a = _matrix(_select(per_query, a), measures)
+    ids_b, values_b = _matrix(_select(per_query, b), measures)
+    common = sorted(set(ids_a) & set(ids_b))
+    if not common:
+        raise ValueError(f"settings {a} and {b} have no scored query in common")
+    values_a = values_a[_positions(ids_a, common)]
+    values_b = values_b[_positions(ids_b, common)]
+    diffs = values_a - values_b
+    key = "|".join(map(str, (*a, *b)))
+    low, high = _percentiles(bootstrap_means(diffs, resamples, _rng(seed, "bootstrap", key)), level)
+    p = randomization_p_value(diffs, permutations, _rng(seed, "randomization", key))
+    mean_a, mean_b = values_a.mean(axis=0), values_b.mean(axis=0)
+    rows = [(*a, *b, m, len(common), float(mean_a[j]), float(mean_b[j]), float(mean_a[j] - mean_b[j]),
+             float(low[j]), float(high[j]), float(p[j])) for j, m in enumerate(measures)]
+    return pl.DataFrame(rows, schema=COMPARISON_SCHEMA, orient="row")
+
+
+def _positions(ids: list[str], wanted: list[str]) -> np.ndarray:
+    where = {query_id: i for i, query_id in enumerate(ids)}
+    return np.array([where[query_id] for query_id in wanted], dtype=np.int64)
+
+
+def _select(per_query: pl.DataFrame, setting: tuple) -> pl.DataFrame:
+    if len(setting) != 3:
+        raise ValueError(f"a setting is (provider, index, nprobe), got {setting!r}")
+    provider, index, nprobe = setting
+    nprobe_match = pl.col("nprobe").is_null() if nprobe is None else pl.col("nprobe") == nprobe
+    group = per_query.filter((pl.col("provider") == provider) & (pl.col("index") == index) & nprobe_match)
+    if group.height == 0:
+        raise ValueError(f"per_query has no rows for setting provider={provider!r} index={index!r} nprobe={nprobe!r}")
+    return group
+
+
+def comparison_pairs(per_query: pl.DataFrame) -> list[tuple[tuple, tuple]]:
+    """Every pair of providers at the flat index (in order of appearance), then every ANN setting
+    (a) against the flat index of the same provider (b)."""
+    settings = per_query.select(SETTING).unique(maintain_order=True).rows()
+    flat = [s for s in settings if s[1] == FLAT]
+    pairs = [(flat[i], flat[j]) for i in range(len(flat)) for j in range(i + 1, len(flat))]
+    flat_of = {s[0]: s for s in flat}
+    pairs += [(s, flat_of[s[0]]) for s in settings if s[1] != FLAT and s[0] in flat_of]
+    return pairs
+
+
+def comparison_table(per_query: pl.DataFrame, resamples: int = 1000, seed: int = 0,
+                     permutations: int = 10000, level: float = 0.95) -> pl.DataFrame:
+    """paired_comparison for every pair from comparison_pairs; an empty table when there is none."""
+    parts = [paired_comparison(per_query, a, b, resamples, permutations, seed, level)
+             for a, b in comparison_pairs(per_query)]
+    return pl.concat(parts) if parts else pl.DataFrame(schema=COMPARISON_SCHEMA)

@@ -1,0 +1,402 @@
+"""Retrieval measures computed exactly as trec_eval computes them, vectorised over a whole run.
+
+Conventions (each checked against pytrec_eval, the trec_eval C code, in
+tests/test_metrics_vs_trec_eval.py):
+
+- Ranking: per query, score descending, ties broken by doc id *descending* (byte-wise
+  string comparison, trec_eval's ``strcmp(doc2, doc1)``). Any rank column is ignored.
+- Binary relevance: a doc is relevant when it is judged and ``grade >= relevance_level``
+  (default 1). Negative grades are never relevant (trec_eval reads them as "in the pool but
+  unjudged") and unjudged docs count as non-relevant. ``relevance_level`` must be >= 1
+  (pytrec_eval refuses 0, so a level-0 convention could not be checked).
+- nDCG (``ndcg``, ``ndcg@k``): gain = grade for grade > 0, else 0; discount log2(rank + 1)
+  with rank starting at 1. The ideal ranking is built from *every* judged grade > 0, and
+  ``relevance_level`` is ignored entirely (trec_eval's ndcg and ndcg_cut never consult it),
+  so a query can have nDCG > 0 and MAP = 0. ``ndcg_exp@k`` is the same with gain 2^grade - 1
+  (not in trec_eval).
+- k beyond the ranking length: the ranking is not padded, denominators keep k: P@k divides
+  by k; recall@k and map@k divide by the number of relevant docs (all of them, not
+  min(k, R)); ``recall_cap@k`` divides by min(k, R) as BEIR/MTEB report it (not trec_eval).
+- Queries: only queries in both run and qrels are scored. A qrels query with no relevant
+  doc is still scored and averaged (every binary measure is 0, as trec_eval does; nDCG is
+  0 unless it has positive grades below ``relevance_level``). Run-only queries are ignored;
+  qrels-only queries are ignored, or scored 0 for every measure with ``complete=True``
+  (trec_eval -c). Both cases are logged as warnings with counts.
+- Errors: duplicate (query, doc) pairs in run or qrels, NaN or null scores, and missing
+  columns raise ValueError; trec_eval also refuses duplicate docs.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+log = logging.getLogger("retbench.metrics")
+
+RUN_COLUMNS = ("query_id", "doc_id", "score")
+QRELS_COLUMNS = ("query_id", "doc_id", "grade")
+
+# Unjudged docs get this grade after the join: below every legal relevance_level and with no gain.
+_UNJUDGED = -1
+
+
+class Ranked:
+    """A run in trec_eval order with grades attached: the input every measure kernel reads.
+
+    Rows are sorted by (query index, position); ``qidx`` and ``rank`` (0-based) locate each
+    row. Per-query arrays have length ``n_queries``. Derived arrays are computed on first use
+    and shared by the measures that need them.
+    """
+
+    def __init__(self, qidx: np.ndarray, grade: np.ndarray, n_queries: int,
+                 ideal_qidx: np.ndarray, ideal_grade: np.ndarray, num_rel: np.ndarray,
+                 relevance_level: int):
+        self.qidx = qidx
+        self.grade = grade
+        self.n_queries = n_queries
+        # Judged grades > 0 per query, sorted by (query, grade desc): the ideal nDCG ranking.
+        self.ideal_qidx = ideal_qidx
+        self.ideal_grade = ideal_grade
+        self.num_rel = num_rel
+        self.relevance_level = relevance_level
+
+    @cached_property
+    def rank(self) -> np.ndarray:
+        counts = np.bincount(self.qidx, minlength=self.n_queries)
+        starts = np.cumsum(counts) - counts
+        return np.arange(len(self.qidx), dtype=np.int64) - np.repeat(starts, counts)
+
+    @cached_property
+    def relevant(self) -> np.ndarray:
+        return self.grade >= self.relevance_level
+
+    @cached_property
+    def first_relevant(self) -> np.ndarray:
+        """0-based position of the first relevant doc per query; a huge value if none."""
+        first = np.full(self.n_queries, np.iinfo(np.int64).max, dtype=np.int64)
+        rows = np.flatnonzero(self.relevant)
+        q = self.qidx[rows]
+        lead = np.ones(len(rows), dtype=bool)
+        lead[1:] = q[1:] != q[:-1]
+        first[q[lead]] = self.rank[rows[lead]]
+        return first
+
+    @cached_property
+    def discount(self) -> np.ndarray:
+        return 1.0 / np.log2(self.rank + 2.0)
+
+    @cached_property
+    def ideal_rank(self) -> np.ndarray:
+        counts = np.bincount(self.ideal_qidx, minlength=self.n_queries)
+        starts = np.cumsum(counts) - counts
+        return np.arange(len(self.ideal_qidx), dtype=np.int64) - np.repeat(starts, counts)
+
+    def hits(self, k: int | None) -> np.ndarray:
+        """Relevant docs retrieved in the top k per query (whole ranking when k is None)."""
+        mask = self.relevant if k is None else self.relevant & (self.rank < k)
+        return np.bincount(self.qidx[mask], minlength=self.n_queries).astype(np.float64)
+
+    def per_query(self, values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Sum of row values per query over the rows in mask."""
+        if mask is None:
+            return np.bincount(self.qidx, weights=values, minlength=self.n_queries)
+        return np.bincount(self.qidx[mask], weights=values[mask], minlength=self.n_queries)
+
+
+def _divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    # A query with nothing to find scores 0, as in trec_eval, rather than NaN.
+    out = np.zeros_like(num, dtype=np.float64)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _cut(r: Ranked, k: int | None) -> np.ndarray | None:
+    return None if k is None else r.rank < k
+
+
+# --- kernels: one per measure, each returns one value per query -------------------------
+
+def precision(r: Ranked, k: int | None) -> np.ndarray:
+    return r.hits(k) / k
+
+
+def recall(r: Ranked, k: int | None) -> np.ndarray:
+    return _divide(r.hits(k), r.num_rel)
+
+
+def recall_cap(r: Ranked, k: int | None) -> np.ndarray:
+    return _divide(r.hits(k), np.minimum(r.num_rel, k))
+
+
+def hit_rate(r: Ranked, k: int | None) -> np.ndarray:
+    return (r.first_relevant < k).astype(np.float64)
+
+
+def reciprocal_rank(r: Ranked, k: int | None) -> np.ndarray:
+    first = r.first_relevant
+    found = first < (np.iinfo(np.int64).max if k is None else k)
+    return _divide(found.astype(np.float64), np.where(found, first + 1.0, 0.0))
+
+
+def average_precision(r: Ranked, k: int | None) -> np.ndarray:
+    rel = r.relevant if k is None else r.relevant & (r.rank < k)
+    rows = np.flatnonzero(rel)
+    # Among a query's relevant rows, the n-th one (1-based) has precision n / (rank + 1).
+    q = r.qidx[rows]
+    counts = np.bincount(q, minlength=r.n_queries)
+    nth = np.arange(1, len(rows) + 1) - np.repeat(np.cumsum(counts) - counts, counts)
+    precisions = nth / (r.rank[rows] + 1.0)
+    return _divide(np.bincount(q, weights=precisions, minlength=r.n_queries), r.num_rel)
+
+
+def _ndcg(r: Ranked, k: int | None, gain: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    positive = r.grade > 0
+    if k is not None:
+        positive &= r.rank < k
+    rows = np.flatnonzero(positive)
+    dcg = np.bincount(r.qidx[rows], weights=gain(r.grade[rows]) * r.discount[rows],
+                      minlength=r.n_queries)
+    ideal = slice(None) if k is None else r.ideal_rank < k
+    iq, ig, ir = r.ideal_qidx[ideal], r.ideal_grade[ideal], r.ideal_rank[ideal]
+    idcg = np.bincount(iq, weights=gain(ig) / np.log2(ir + 2.0), minlength=r.n_queries)
+    return _divide(dcg, idcg)
+
+
+def ndcg(r: Ranked, k: int | None) -> np.ndarray:
+    return _ndcg(r, k, lambda g: g.astype(np.float64))
+
+
+def ndcg_exp(r: Ranked, k: int | None) -> np.ndarray:
+    return _ndcg(r, k, lambda g: np.exp2(g.astype(np.float64)) - 1.0)
+
+
+# --- measures and registry ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measure:
+    """A named measure, optionally bound to a cutoff; ``str()`` is its canonical name."""
+
+    name: str
+    kernel: Callable[[Ranked, int | None], np.ndarray]
+    cutoff: str  # "required", "optional" or "none"
+    description: str
+    trec_eval: str | None = None  # the trec_eval measure it equals, "{k}" for the cutoff
+    k: int | None = None
+
+    def at(self, k: int | None) -> "Measure":
+        if k is None and self.cutoff == "required":
+            raise ValueError(f"measure {self.name!r} needs a cutoff, e.g. {self.name}@10")
+        if k is not None and self.cutoff == "none":
+            raise ValueError(f"measure {self.name!r} takes no cutoff (got {self.name}@{k})")
+        if k is not None and k < 1:
+            raise ValueError(f"cutoff must be a positive integer (got {self.name}@{k})")
+        return Measure(self.name, self.kernel, self.cutoff, self.description, self.trec_eval, k)
+
+    def compute(self, ranked: Ranked) -> np.ndarray:
+        return self.kernel(ranked, self.k)
+
+    def __str__(self) -> str:
+        return self.name if self.k is None else f"{self.name}@{self.k}"
+
+    __repr__ = __str__
+
+
+MEASURES: dict[str, Measure] = {}
+
+
+def register(measure: Measure) -> Measure:
+    if measure.name in MEASURES:
+        raise ValueError(f"measure {measure.name!r} is already registered")
+    MEASURES[measure.name] = measure
+    return measure
+
+
+register(Measure("ndcg", ndcg, "optional", "nDCG, linear gain, trec_eval ndcg / ndcg_cut",
+                 "ndcg_cut.{k}"))
+register(Measure("ndcg_exp", ndcg_exp, "required", "nDCG with gain 2^grade - 1"))
+register(Measure("recall", recall, "required", "relevant in top k / all relevant", "recall.{k}"))
+register(Measure("recall_cap", recall_cap, "required",
+                 "relevant in top k / min(k, all relevant), as BEIR/MTEB"))
+register(Measure("p", precision, "required", "relevant in top k / k", "P.{k}"))
+register(Measure("mrr", reciprocal_rank, "optional",
+                 "1 / rank of the first relevant doc (only the top k with a cutoff)",
+                 "recip_rank"))
+register(Measure("map", average_precision, "optional", "average precision (map_cut with k)",
+                 "map_cut.{k}"))
+register(Measure("hit_rate", hit_rate, "required", "1 if a relevant doc is in the top k",
+                 "success.{k}"))
+
+_NAME = re.compile(r"^\s*([a-z_]+)\s*(?:@\s*(\d+))?\s*$")
+
+
+def parse_measure(name: str) -> Measure:
+    """``"ndcg@10"`` -> nDCG cut at 10. Case-insensitive; canonical names are lower case."""
+    m = _NAME.match(name.lower())
+    if not m or m.group(1) not in MEASURES:
+        known = ", ".join(f"{n}@k" if ms.cutoff == "required" else
+                          f"{n}[@k]" if ms.cutoff == "optional" else n
+                          for n, ms in MEASURES.items())
+        raise ValueError(f"unknown measure {name!r}; known measures: {known}")
+    k = m.group(2)
+    return MEASURES[m.group(1)].at(None if k is None else int(k))
+
+
+# --- evaluation -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evaluation:
+    per_query: pl.DataFrame  # query_id (str), measure (str, canonical), value (f64)
+    run_only: int            # queries in the run but not the qrels (ignored)
+    qrels_only: int          # queries in the qrels but not the run (ignored, or 0 if complete)
+
+    def means(self) -> dict[str, float]:
+        """Mean of each measure over the evaluated queries, in the order requested."""
+        means = self.per_query.group_by("measure", maintain_order=True).agg(pl.col("value").mean())
+        return dict(zip(means["measure"].to_list(), means["value"].to_list()))
+
+
+def _require(df: pl.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing columns {missing} (found {df.columns})")
+
+
+def _check_ids(df: pl.DataFrame, what: str) -> pl.DataFrame:
+    for col in ("query_id", "doc_id"):
+        dtype = df.schema[col]
+        if dtype == pl.String:
+            continue
+        if isinstance(dtype, (pl.Categorical, pl.Enum)):
+            df = df.with_columns(pl.col(col).cast(pl.String))
+        else:
+            # Casting numbers would turn "007" and "7" into one id; ids must arrive as text.
+            raise ValueError(f"{what}: column {col} must be str (found {dtype})")
+        if df[col].null_count():
+            raise ValueError(f"{what}: column {col} has null ids")
+    return df
+
+
+def _first_duplicate(df: pl.DataFrame) -> tuple[str, str] | None:
+    dup = df.filter(pl.struct("query_id", "doc_id").is_duplicated())
+    if dup.height == 0:
+        return None
+    return dup.row(0)[:2]
+
+
+def _run_duplicate(run: pl.DataFrame) -> tuple[str, str] | None:
+    # Hash first: a full duplicate check on 10M string pairs costs more than the scoring.
+    h = run.select(pl.struct("query_id", "doc_id").hash(seed=0)).to_series().to_numpy()
+    hs = np.sort(h)
+    clash = hs[1:][hs[1:] == hs[:-1]]
+    if len(clash) == 0:
+        return None
+    return _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
+
+
+def _prepare(run: pl.DataFrame, qrels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    _require(run, RUN_COLUMNS, "run")
+    _require(qrels, QRELS_COLUMNS, "qrels")
+    run = _check_ids(run.select(RUN_COLUMNS), "run")
+    qrels = _check_ids(qrels.select(QRELS_COLUMNS), "qrels")
+    if not run.schema["score"].is_numeric():
+        raise ValueError(f"run: column score must be numeric (found {run.schema['score']})")
+    if not qrels.schema["grade"].is_integer():
+        raise ValueError(f"qrels: column grade must be an integer (found {qrels.schema['grade']})")
+    run = run.with_columns(pl.col("score").cast(pl.Float64))
+    qrels = qrels.with_columns(pl.col("grade").cast(pl.Int64))
+    bad = run.filter(pl.col("score").is_null() | pl.col("score").is_nan())
+    if bad.height:
+        q, d, s = bad.row(0)
+        raise ValueError(f"run: query {q!r} doc {d!r} has score {s} ({bad.height} such rows)")
+    if qrels["grade"].null_count():
+        raise ValueError("qrels: column grade has nulls")
+    dup = _run_duplicate(run)
+    if dup:
+        raise ValueError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once")
+    dup = _first_duplicate(qrels)
+    if dup:
+        raise ValueError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once")
+    return run, qrels
+
+
+def _rank(run: pl.DataFrame, qrels: pl.DataFrame, queries: pl.Series,
+          relevance_level: int) -> Ranked:
+    # Queries become small integer codes (in id order) before sorting: sorting 10M rows on a
+    # string query id costs about twice as much as on an integer one.
+    code = pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.UInt32).alias("q")
+    in_eval = pl.col("query_id").is_in(queries.implode())
+    if run["query_id"].n_unique() != len(queries):
+        run = run.filter(in_eval)
+    qrels = qrels.filter(in_eval).select(code, "doc_id", "grade")
+    ranked = (
+        run.lazy()
+        .select(code, "score", "doc_id")
+        .join(qrels.lazy(), on=["q", "doc_id"], how="left")
+        .sort(["q", "score", "doc_id"], descending=[False, True, True])
+        .select("q", pl.col("grade").fill_null(_UNJUDGED))
+        .collect()
+    )
+    ideal = qrels.filter(pl.col("grade") > 0).sort(["q", "grade"], descending=[False, True])
+    n = len(queries)
+    num_rel = np.bincount(qrels.filter(pl.col("grade") >= relevance_level)["q"].to_numpy(),
+                          minlength=n)
+    return Ranked(
+        qidx=ranked["q"].to_numpy().astype(np.int64),
+        grade=ranked["grade"].to_numpy(),
+        n_queries=n,
+        ideal_qidx=ideal["q"].to_numpy().astype(np.int64),
+        ideal_grade=ideal["grade"].to_numpy(),
+        num_rel=num_rel.astype(np.float64),
+        relevance_level=relevance_level,
+    )
+
+
+def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
+             relevance_level: int = 1, complete: bool = False) -> Evaluation:
+    """Score ``run`` against ``qrels`` with trec_eval's conventions (see module docstring)."""
+    if isinstance(measures, str):
+        measures = [measures]
+    parsed = list({str(m): m for m in map(parse_measure, measures)}.values())
+    if not parsed:
+        raise ValueError("no measures requested")
+    if relevance_level < 1:
+        raise ValueError(f"relevance_level must be >= 1 (got {relevance_level})")
+    run, qrels = _prepare(run, qrels)
+
+    run_q = run["query_id"].unique()
+    qrels_q = qrels["query_id"].unique()
+    both = run_q.filter(run_q.is_in(qrels_q.implode())).sort()
+    run_only = len(run_q) - len(both)
+    qrels_only_ids = qrels_q.filter(~qrels_q.is_in(run_q.implode())).sort()
+    if run_only:
+        log.warning("%d queries are in the run but not in the qrels; they are ignored", run_only)
+    if len(qrels_only_ids):
+        log.warning("%d queries are in the qrels but not in the run; %s", len(qrels_only_ids),
+                    "they score 0 (complete)" if complete else "they are ignored")
+    if len(both) == 0 and not (complete and len(qrels_only_ids)):
+        raise ValueError("no query is in both the run and the qrels")
+
+    ids = both
+    if len(both):
+        ranked = _rank(run, qrels, both, relevance_level)
+        scored = [m.compute(ranked) for m in parsed]
+    else:
+        scored = [np.zeros(0) for _ in parsed]
+    zeros = 0
+    if complete and len(qrels_only_ids):
+        ids = pl.concat([both, qrels_only_ids])
+        zeros = len(qrels_only_ids)
+    order = ids.arg_sort().to_numpy()
+    ids = ids.gather(order)
+    values = [np.concatenate([v, np.zeros(zeros)])[order] for v in scored]
+    per_query = pl.DataFrame({
+        "query_id": pl.concat([ids] * len(parsed)),
+        "measure": pl.Series(np.repeat([str(m) for m in parsed], len(ids)), dtype=pl.String),
+        "value": pl.Series(np.concatenate(values), dtype=pl.Float64),
+    })
+    return Evaluation(per_query=per_query, run_only=run_only, qrels_only=len(qrels_only_ids))

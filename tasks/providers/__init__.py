@@ -38,6 +38,7 @@ def create_provider(kind: str, options: dict[str, Any] | None = None) -> Provide
 def _load_builtin() -> None:
     # Importing registers them; done lazily so `import tasks.providers` stays cheap.
     from tasks.providers import e5_multilingual, hashing, sentence_transformers  # noqa: F401
+    from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 
 __all__ = ["Provider", "Role", "register", "create_provider", "known_kinds"]

@@ -1,0 +1,727 @@
+"""ANN sweep: what each approximate index setting costs in retrieval quality, at what speed and
+size, against exact search on the same vectors, and which setting to pick for a loss budget.
+
+Build-time parameters (IVF nlist and training sample, HNSW M and efConstruction, IVF-PQ nlist,
+m, nbits) each get one persisted index; query-time parameters (nprobe, efSearch) are swept on
+the loaded index without rebuilding. Per setting: neighbour recall@k against the flat top-k
+(tolerant of exact-score ties at the k-th place), the change in document-level Recall@k, MRR
+and nDCG@k after MaxP with a paired bootstrap interval, the relevant documents exact search
+found and the setting lost, build/train seconds, bytes, batched QPS and single-query latency
+percentiles with one thread and with all.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+import faiss
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tasks.ann_index import AnnSettings, BuildInfo, ensure_index, load_vectors_mapped, read_index, set_query_params
+from tasks.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
+from tasks.index import default_nlist, normalized, resolve_ivf
+from tasks.metrics import evaluate, parse_measure
+from tasks.retrieve import search_documents, trec_order
+from tasks.storage import atomic_write, stable_hash, write_json, write_parquet, write_text
+
+# --- the spec -----------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _positive(values: list[int] | None, name: str) -> list[int] | None:
+    if values is None:
+        return None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{name} must be a non-empty list of positive integers (or null for the default)")
+    return sorted(set(values))
+
+
+class IVFGrid(_Strict):
+    nlist: list[int] | None = Field(None, description="build-time; null: [~4*sqrt(n)] as the main flow")
+    train_size: list[int] | None = Field(None, description="build-time k-means sample; null: 256 per list, capped at n")
+    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
+    seed: int = 0
+
+    _check = field_validator("nlist", "train_size", "nprobe")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+
+class HNSWGrid(_Strict):
+    M: list[int] = Field(default_factory=lambda: [32], description="build-time graph degree")
+    ef_construction: list[int] = Field(default_factory=lambda: [40], description="build-time")
+    ef_search: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256], description="query-time")
+
+    _check = field_validator("M", "ef_construction", "ef_search")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+
+class IVFPQGrid(_Strict):
+    nlist: list[int] | None = Field(None, description="build-time; null: as IVF")
+    m: list[int] | None = Field(None, description="build-time sub-quantizers, must divide the dimension; null: ~dim/8")
+    nbits: list[int] | None = Field(None, description="build-time bits per code; null: 8, fewer on small sets")
+    train_size: list[int] | None = Field(None, description="build-time; null: max(256*nlist, 39*2^nbits), capped at n")
+    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
+    seed: int = 0
+
+    _check = field_validator("nlist", "m", "nbits", "train_size", "nprobe")(
+        classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+    @field_validator("nbits")
+    @classmethod
+    def _nbits_range(cls, values):
+        if values and any(v > 16 for v in values):
+            raise ValueError("nbits must be at most 16")
+        return values
+
+
+class SweepSpec(_Strict):
+    """`sweep:` in the benchmark spec. A family set to null is skipped; a null list inside one is
+    derived from the number of vectors (and the dimension) at run time."""
+
+    ivf: IVFGrid | None = Field(default_factory=IVFGrid)
+    hnsw: HNSWGrid | None = Field(default_factory=HNSWGrid)
+    ivfpq: IVFPQGrid | None = Field(default_factory=IVFPQGrid)
+    k: int = Field(10, ge=1, description="neighbour recall@k and the metric cutoffs")
+    depth: int = Field(100, ge=1, description="documents retrieved per query (MRR looks this deep)")
+    repeats: int = Field(3, ge=1, description="timed runs per measurement, after the warm-up")
+    warmup: int = Field(1, ge=0)
+    latency_queries: int | None = Field(200, ge=1, description="queries timed one by one (seeded sample); null: all")
+    loss_budget: float = Field(0.01, ge=0, description="largest relative loss of `measure` versus flat")
+    measure: str = "ndcg@10"
+    budget_on: Literal["mean", "ci_low"] = Field("mean", description="ci_low: the budget must hold at the interval's worst end")
+    bootstrap: int = Field(1000, ge=0, description="resamples over queries for the delta intervals; 0: none")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    relevance_level: int = Field(1, ge=1)
+    seed: int = 0
+
+    @field_validator("measure")
+    @classmethod
+    def _known_measure(cls, value: str) -> str:
+        return str(parse_measure(value))
+
+    @model_validator(mode="after")
+    def _depth_covers_k(self):
+        if self.depth < self.k:
+            raise ValueError(f"depth ({self.depth}) must be at least k ({self.k})")
+        return self
+
+    def measures(self) -> list[str]:
+        names = [f"recall@{self.k}", "mrr", f"ndcg@{self.k}"]
+        return names + ([self.measure] if self.measure not in names else [])
+
+
+# --- the grid -----------------------------------------------------------------------------
+
+
+def _powers_of_two_upto(limit: int) -> list[int]:
+    values, p = [], 1
+    while p < limit:
+        values.append(p)
+        p *= 2
+    return values + [limit]
+
+
+def _probe_grid(values: list[int] | None, nlist: int) -> list[dict]:
+    # nprobe beyond nlist searches every list anyway: clip and drop repeats.
+    probes = sorted({min(p, nlist) for p in (values or _powers_of_two_upto(nlist))})
+    return [{"nprobe": p} for p in probes]
+
+
+def default_pq_m(dim: int) -> int:
+    """The divisor of dim closest to dim/8 (the larger on a tie), at most 64."""
+    divisors = [m for m in range(1, min(dim, 64) + 1) if dim % m == 0]
+    return min(divisors, key=lambda m: (abs(m - dim / 8), -m))
+
+
+def default_pq_nbits(n_vectors: int) -> int:
+    # k-means wants >= 39 points per centroid: 2^nbits centroids per sub-quantizer.
+    return int(min(8, max(4, math.floor(math.log2(max(n_vectors, 2) / 39)))))
+
+
+def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[AnnSettings, list[dict]]]:
+    """(build settings, query-parameter dicts) per index to build, flat first."""
+    grid: list[tuple[AnnSettings, list[dict]]] = [(AnnSettings("flat"), [{}])]
+    if spec.ivf is not None:
+        for nlist in spec.ivf.nlist or [default_nlist(n_vectors)]:
+            for train in spec.ivf.train_size or [None]:
+                s = resolve_ivf(n_vectors, nlist, train, spec.ivf.seed)
+                grid.append((AnnSettings("ivf", nlist=s.nlist, train_size=s.train_size, seed=s.seed),
+                             _probe_grid(spec.ivf.nprobe, s.nlist)))
+    if spec.hnsw is not None:
+        for M in spec.hnsw.M:
+            for efc in spec.hnsw.ef_construction:
+                grid.append((AnnSettings("hnsw", M=M, ef_construction=efc),
+                             [{"ef_search": e} for e in spec.hnsw.ef_search]))
+    pq = spec.ivfpq
+    all_defaults = pq is not None and pq.nlist is pq.m is pq.nbits is pq.train_size is None
+    if all_defaults and n_vectors < 39 * 16:
+        pq = None  # too few vectors to train even 4-bit codes; asked for explicitly, it is an error below
+    if pq is not None:
+        for nlist in pq.nlist or [default_nlist(n_vectors)]:
+            for m in pq.m or [default_pq_m(dim)]:
+                if dim % m:
+                    raise ValueError(f"sweep.ivfpq.m={m} must divide the vector dimension {dim}")
+                for nbits in pq.nbits or [default_pq_nbits(n_vectors)]:
+                    for train in pq.train_size or [None]:
+                        train = min(n_vectors, train or max(256 * nlist, 39 * 2 ** nbits))
+                        if nlist > n_vectors or train < max(nlist, 2 ** nbits):
+                            raise ValueError(f"sweep.ivfpq: nlist={nlist}, nbits={nbits} need at least "
+                                             f"{max(nlist, 2 ** nbits)} training vectors (have {train} of {n_vectors})")
+                        grid.append((AnnSettings("ivfpq", nlist=nlist, m=m, nbits=nbits, train_size=train, seed=pq.seed),
+                                     _probe_grid(pq.nprobe, nlist)))
+    unique: dict[AnnSettings, list[dict]] = {}
+    for settings, queries in grid:
+        unique.setdefault(settings, queries)
+    return list(unique.items())
+
+
+# --- fidelity -----------------------------------------------------------------------------
+
+
+def neighbour_recall(exact_ids: np.ndarray, exact_scores: np.ndarray, approx_ids: np.ndarray,
+                     approx_exact_scores: np.ndarray, k: int, tol: float = 1e-6) -> np.ndarray:
+    """Per query: the share of the approximate top-k that belongs in the exact top-k.
+
+    A returned id counts when it is in the exact top-k, or when its *exact* score reaches the
+    exact k-th score (less `tol`, for float summation order): with a tie at the k-th place,
+    either of the tied vectors is a correct answer. `exact_scores` and `approx_exact_scores`
+    are exact inner products of the listed ids (-1 ids are padding and never count).
+    """
+    exact_ids, approx_ids = exact_ids[:, :k], approx_ids[:, :k]
+    exact_scores, approx_exact_scores = exact_scores[:, :k], approx_exact_scores[:, :k]
+    valid_exact = exact_ids >= 0
+    wanted = valid_exact.sum(axis=1)
+    kth = np.where(valid_exact, exact_scores, np.inf).min(axis=1)
+    member = (approx_ids[:, :, None] == np.where(valid_exact, exact_ids, -2)[:, None, :]).any(axis=2)
+    tied = approx_exact_scores >= (kth - tol)[:, None]
+    hits = ((approx_ids >= 0) & (member | tied)).sum(axis=1)
+    return np.where(wanted > 0, np.minimum(hits, wanted) / np.maximum(wanted, 1), 1.0)
+
+
+def exact_scores_of(flat: faiss.Index, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Exact inner products of each query with the listed ids (-inf for -1 padding)."""
+    safe = np.where(ids >= 0, ids, 0)
+    vectors = flat.reconstruct_batch(safe.reshape(-1)).reshape(*ids.shape, -1)
+    scores = np.einsum("qd,qkd->qk", queries, vectors)
+    return np.where(ids >= 0, scores, -np.inf)
+
+
+def bootstrap_rows(n_queries: int, resamples: int, seed: int) -> np.ndarray:
+    """Resampled query rows (resamples, n_queries); the same rows for every setting and
+    measure, so the intervals are paired and comparable."""
+    return np.random.default_rng(seed).integers(0, n_queries, size=(resamples, n_queries))
+
+
+def bootstrap_ci(differences: np.ndarray, rows: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the mean per-query difference over the resamples."""
+    if len(differences) == 0 or rows.size == 0:
+        return float("nan"), float("nan")
+    means = differences[rows].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+# --- speed --------------------------------------------------------------------------------
+
+
+def _percentiles_ms(seconds: list[float]) -> tuple[float, float, float]:
+    p50, p95, p99 = np.percentile(np.asarray(seconds) * 1e3, [50, 95, 99])
+    return float(p50), float(p95), float(p99)
+
+
+def measure_speed(index: faiss.Index, queries: np.ndarray, k: int, repeats: int, warmup: int,
+                  latency_rows: np.ndarray, all_threads: int) -> tuple[dict, np.ndarray]:
+    """Batched QPS (all threads, best of `repeats`) and one-query latency percentiles with one
+    thread and with all; returns them with the batched search's ids."""
+    speed: dict = {}
+    try:
+        faiss.omp_set_num_threads(all_threads)
+        for _ in range(warmup):
+            index.search(queries, k)
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            _, ids = index.search(queries, k)
+            times.append(time.perf_counter() - started)
+        # Best of the repeats, as ann-benchmarks reports: on a shared machine noise only slows.
+        speed["qps_batch"] = len(queries) / max(min(times), 1e-12)
+        for label, threads in (("single_thread", 1), ("all_threads", all_threads)):
+            faiss.omp_set_num_threads(threads)
+            for row in latency_rows[: max(1, min(len(latency_rows), 10))] if warmup else []:
+                index.search(queries[row : row + 1], k)
+            samples = []
+            for _ in range(repeats):
+                for row in latency_rows:
+                    one = queries[row : row + 1]
+                    started = time.perf_counter()
+                    index.search(one, k)
+                    samples.append(time.perf_counter() - started)
+            p50, p95, p99 = _percentiles_ms(samples)
+            speed.update({f"p50_ms_{label}": p50, f"p95_ms_{label}": p95, f"p99_ms_{label}": p99})
+    finally:
+        faiss.omp_set_num_threads(all_threads)
+    return speed, ids
+
+
+# --- the sweep ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The fastest setting (highest batched QPS) whose loss stays within the budget."""
+
+    provider: str
+    index_kind: str
+    build_params: dict
+    query_params: dict
+    measure: str
+    loss_budget: float
+    relative_loss: float
+    qps_batch: float
+    neighbour_recall: float | None
+    index_bytes: int | None
+    candidates: int  # settings that met the budget, flat included
+    budget_on: str = "mean"
+
+    def line(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in {**self.build_params, **self.query_params}.items())
+        recall = "" if self.neighbour_recall is None else f", neighbour recall {self.neighbour_recall:.3f}"
+        return (f"{self.provider}: {self.index_kind}" + (f" ({params})" if params else "")
+                + f" - {self.qps_batch:,.0f} queries/s, {self.measure} loss {100 * self.relative_loss + 0.0:.2f}%"
+                + f" (budget {100 * self.loss_budget:g}%{', at ci_low' if self.budget_on == 'ci_low' else ''}){recall}"
+                + f"; {self.candidates} settings within budget")
+
+    __str__ = line
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    provider: str
+    table_path: str
+    lost_path: str
+    plot_path: str | None
+    recommendation: Recommendation | None
+    built: int  # indexes built by this call (0 on a rerun)
+    reused: int
+    stage_seconds: dict = field(default_factory=dict)
+    load_report: dict | None = None  # how the document vectors came out of the cache, when they were read
+
+
+def relative_loss(table: pl.DataFrame, measure: str, budget_on: str = "mean") -> pl.Series:
+    """(flat - approximate) / flat for the measure; at ci_low, the interval's worst end."""
+    delta = pl.col(f"delta_{measure}_ci_low" if budget_on == "ci_low" else f"delta_{measure}")
+    flat = pl.col(f"flat_{measure}")
+    loss = pl.when(flat > 0).then(-delta / flat).when(delta >= 0).then(0.0).otherwise(float("inf"))
+    return table.select(loss.fill_null(float("inf")).alias("loss")).to_series()
+
+
+def recommend(table: pl.DataFrame, measure: str = "ndcg@10", loss_budget: float = 0.01,
+              budget_on: str = "mean") -> dict[str, Recommendation | None]:
+    """Per provider: among the settings within the budget, the highest batched QPS (smaller
+    index on a tie). Flat has no loss, so it is the answer when nothing faster qualifies."""
+    measure = str(parse_measure(measure))
+    needed = ["provider", "index_kind", "build_params", "query_params", "qps_batch", f"delta_{measure}", f"flat_{measure}"]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise ValueError(f"sweep table: missing columns {missing} (found {table.columns})")
+    scored = table.with_columns(_loss=relative_loss(table, measure, budget_on))
+    out: dict[str, Recommendation | None] = {}
+    for provider in scored["provider"].unique(maintain_order=True).to_list():
+        rows = scored.filter((pl.col("provider") == provider) & (pl.col("_loss") <= loss_budget + 1e-12))
+        if rows.height == 0:
+            out[provider] = None
+            continue
+        size = pl.col("index_bytes") if "index_bytes" in rows.columns else pl.lit(0)
+        best = rows.with_columns(_size=size).sort(["qps_batch", "_size"], descending=[True, False], nulls_last=True).row(0, named=True)
+        recall_col = next((c for c in rows.columns if c.startswith("neighbour_recall@")), None)
+        out[provider] = Recommendation(
+            provider=provider,
+            index_kind=best["index_kind"],
+            build_params=json.loads(best["build_params"]),
+            query_params=json.loads(best["query_params"]),
+            measure=measure,
+            loss_budget=loss_budget,
+            relative_loss=float(best["_loss"]),
+            qps_batch=float(best["qps_batch"]),
+            neighbour_recall=None if recall_col is None else best[recall_col],
+            index_bytes=best.get("index_bytes"),
+            candidates=rows.height,
+            budget_on=budget_on,
+        )
+    return out
+
+
+def _dumps(params: dict) -> str:
+    return json.dumps(params, separators=(",", ":"))
+
+
+def _document_run(index, queries, doc_codes, depth, query_ids: pl.Series, chunk_doc_ids: pl.Series) -> pl.DataFrame:
+    hits = search_documents(index, queries, doc_codes, depth)
+    return pl.DataFrame({
+        "query_id": query_ids.gather(hits["query"]),
+        "doc_id": chunk_doc_ids.gather(hits["chunk"]),
+        "score": hits["score"],
+    })
+
+
+def _per_query_matrix(run: pl.DataFrame, qrels: pl.DataFrame, measures: list[str], query_order: pl.DataFrame,
+                      relevance_level: int) -> dict[str, np.ndarray]:
+    """measure -> values aligned with query_order; a query with no hits scores 0."""
+    if run.height:
+        per_query = evaluate(run, qrels, measures, relevance_level=relevance_level).per_query
+    else:
+        per_query = pl.DataFrame(schema={"query_id": pl.String, "measure": pl.String, "value": pl.Float64})
+    out = {}
+    for measure in measures:
+        values = per_query.filter(pl.col("measure") == measure).select("query_id", "value")
+        aligned = query_order.join(values, on="query_id", how="left", maintain_order="left")
+        out[measure] = aligned["value"].fill_null(0.0).to_numpy()
+    return out
+
+
+def _top_k(run: pl.DataFrame, k: int) -> pl.DataFrame:
+    return trec_order(run).filter(pl.col("rank") <= k)
+
+
+def run_sweep(
+    doc_set: EmbeddingSet,
+    query_set: EmbeddingSet,
+    chunks_path: str | Path,
+    qrels: pl.DataFrame | str | Path,
+    spec: SweepSpec,
+    store: Path,
+    output_dir: Path,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Sweep one provider; writes `output_dir/ann_sweep/<provider>.parquet` (the table),
+    `<provider>.lost.parquet` and `<provider>.png`. `qrels` is a frame or a Parquet path."""
+    say = progress or (lambda message: None)
+    stages: dict[str, float] = {}
+    clock = time.perf_counter()
+    all_threads = faiss.omp_get_max_threads()
+    provider = doc_set.provider
+    grid = resolve_grid(spec, doc_set.count, doc_set.dim)
+    measures = spec.measures()
+
+    # 1. Build what is missing. The vectors are read only if something must be built, and
+    #    dropped before searching, so a flat and an approximate index are the most ever held.
+    loaded: dict = {}
+
+    def vectors() -> np.ndarray:
+        if "matrix" not in loaded:
+            started = time.perf_counter()
+            _, loaded["matrix"], loaded["report"] = load_vectors_mapped(doc_set)
+            stages["load_vectors"] = time.perf_counter() - started
+        return loaded["matrix"]
+
+    builds: list[BuildInfo] = []
+    for settings, _ in grid:
+        info = ensure_index(doc_set, settings, store, vectors, force=force)
+        say(f"{provider} {Path(info.path).name}: {'built' if info.built else 'reused'}")
+        builds.append(info)
+    load_report = asdict(loaded["report"]) if "report" in loaded else None
+    loaded.clear()
+    stages["build"] = time.perf_counter() - clock - stages.get("load_vectors", 0.0)
+
+    # 2. Queries, chunk -> document, judgments.
+    started = time.perf_counter()
+    query_id_list, query_matrix, _ = load_vectors_mapped(query_set)
+    queries = normalized(query_matrix)
+    query_ids = pl.Series("query_id", query_id_list, dtype=pl.String)
+    chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"]
+    chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
+    chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
+    if chunk_doc["doc_id"].null_count():
+        raise RuntimeError(f"embedding set {doc_set.set_key[:12]} names chunks not in {chunks_path}")
+    chunk_doc_ids = chunk_doc["doc_id"]
+    # Integer codes: search_documents factorises its chunk -> doc array on every call, and that
+    # is cheap on integers but costs seconds on a million Python strings.
+    doc_codes = np.unique(chunk_doc_ids.to_numpy(), return_inverse=True)[1].astype(np.int64)
+    del chunk_doc, chunks, chunk_ids
+    if not isinstance(qrels, pl.DataFrame):
+        qrels = pl.read_parquet(qrels)
+    qrels = qrels.select("query_id", "doc_id", "grade")
+    relevant = qrels.filter(pl.col("grade") >= spec.relevance_level)
+    stages["prepare"] = time.perf_counter() - started
+
+    latency_rows = np.arange(len(queries))
+    if spec.latency_queries is not None and spec.latency_queries < len(queries):
+        latency_rows = np.sort(np.random.default_rng(spec.seed).choice(len(queries), spec.latency_queries, replace=False))
+
+    # 3. The reference: flat search, kept loaded to look up exact scores of approximate hits.
+    timers = {"speed": 0.0, "retrieve": 0.0, "score": 0.0}
+
+    def evaluate_setting(index, info: BuildInfo, params: dict, reference: dict | None) -> tuple[dict, pl.DataFrame | None, dict]:
+        started = time.perf_counter()
+        set_query_params(index, info.settings.kind, params)
+        speed, ids = measure_speed(index, queries, spec.k, spec.repeats, spec.warmup, latency_rows, all_threads)
+        timers["speed"] += time.perf_counter() - started
+        started = time.perf_counter()
+        run = _document_run(index, queries, doc_codes, spec.depth, query_ids, chunk_doc_ids)
+        timers["retrieve"] += time.perf_counter() - started
+        started = time.perf_counter()
+        if reference is None:
+            reference = {"ids": ids, "run": run}
+            reference["scores"] = exact_scores_of(flat, queries, ids)
+            reference["order"] = run.select("query_id").unique().join(qrels.select("query_id").unique(), on="query_id").sort("query_id")
+            reference["values"] = _per_query_matrix(run, qrels, measures, reference["order"], spec.relevance_level)
+            reference["top"] = _top_k(run, spec.k).join(relevant, on=["query_id", "doc_id"]).select(
+                "query_id", "doc_id", "grade", exact_rank="rank")
+            reference["rows"] = bootstrap_rows(reference["order"].height, spec.bootstrap, spec.seed)
+        recall = neighbour_recall(reference["ids"], reference["scores"], ids, exact_scores_of(flat, queries, ids), spec.k)
+        values = _per_query_matrix(run, qrels, measures, reference["order"], spec.relevance_level)
+        row = {
+            "provider": provider,
+            "index_kind": info.settings.kind,
+            "build_params": _dumps(info.settings.build_params()),
+            "query_params": _dumps(params),
+            "k": spec.k,
+            "queries": reference["order"].height,
+            f"neighbour_recall@{spec.k}": float(recall.mean()) if len(recall) else float("nan"),
+        }
+        for measure in measures:
+            exact, approx = reference["values"][measure], values[measure]
+            low, high = bootstrap_ci(approx - exact, reference["rows"], spec.confidence)
+            row[f"flat_{measure}"] = float(exact.mean()) if len(exact) else float("nan")
+            row[f"delta_{measure}"] = float((approx - exact).mean()) if len(exact) else float("nan")
+            row[f"delta_{measure}_ci_low"], row[f"delta_{measure}_ci_high"] = low, high
+        row.update({
+            "build_seconds": info.build_seconds,
+            "train_seconds": info.train_seconds,
+            "index_bytes": info.index_bytes,
+            "bytes_per_vector": info.index_bytes / max(info.vectors, 1),
+            **speed,
+            "threads": all_threads,
+            "built": info.built,
+        })
+        lost = reference["top"].join(_top_k(run, spec.k).select("query_id", "doc_id"), on=["query_id", "doc_id"], how="anti")
+        lost = lost.select(
+            pl.lit(provider).alias("provider"), pl.lit(info.settings.kind).alias("index_kind"),
+            pl.lit(row["build_params"]).alias("build_params"), pl.lit(row["query_params"]).alias("query_params"),
+            "query_id", "doc_id", "grade", "exact_rank")
+        timers["score"] += time.perf_counter() - started
+        return row, lost, reference
+
+    rows, lost_parts = [], []
+    flat_info = builds[0]
+    flat = read_index(flat_info.path)
+    if flat.d != queries.shape[1]:
+        raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
+    row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
+    rows.append(row)
+    for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
+        index = read_index(info.path)
+        for params in query_grid:
+            row, lost, _ = evaluate_setting(index, info, params, reference)
+            rows.append(row)
+            lost_parts.append(lost)
+            say(f"{provider} {settings.kind} {row['build_params']} {row['query_params']}: "
+                f"recall@{spec.k} {row[f'neighbour_recall@{spec.k}']:.3f}, "
+                f"delta {spec.measure} {row[f'delta_{spec.measure}']:+.4f}, {row['qps_batch']:,.0f} q/s")
+        del index
+    del flat
+    stages.update(timers)
+
+    # 4. Tables, recommendation, plot.
+    table = pl.DataFrame(rows).with_columns(
+        relative_loss=relative_loss(pl.DataFrame(rows), spec.measure, "mean"))
+    lost = pl.concat(lost_parts) if lost_parts else _empty_lost()
+    directory = Path(output_dir) / "ann_sweep"
+    table_path = write_parquet(table, directory / f"{provider}.parquet")
+    lost_path = write_parquet(lost, directory / f"{provider}.lost.parquet")
+    recommendation = recommend(table, spec.measure, spec.loss_budget, spec.budget_on).get(provider)
+    plot_path = plot_sweep(table, directory / f"{provider}.png", spec.k, recommendation)
+    stages["total"] = time.perf_counter() - clock
+    return SweepResult(
+        provider=provider,
+        table_path=str(table_path),
+        lost_path=str(lost_path),
+        plot_path=None if plot_path is None else str(plot_path),
+        recommendation=recommendation,
+        built=sum(b.built for b in builds),
+        reused=sum(not b.built for b in builds),
+        stage_seconds={k: round(v, 3) for k, v in stages.items()},
+        load_report=load_report,
+    )
+
+
+def _empty_lost() -> pl.DataFrame:
+    return pl.DataFrame(schema={
+        "provider": pl.String, "index_kind": pl.String, "build_params": pl.String, "query_params": pl.String,
+        "query_id": pl.String, "doc_id": pl.String, "grade": pl.Int64, "exact_rank": pl.Int64,
+    })
+
+
+def write_sweep_tables(results: list[SweepResult], output_dir: Path) -> dict[str, str]:
+    """All providers in one `ann_sweep.parquet`/`.csv`, `ann_lost.parquet` and
+    `ann_recommendation.json` (one line per provider under "lines")."""
+    output_dir = Path(output_dir)
+    table = pl.concat([pl.read_parquet(r.table_path) for r in results], how="diagonal_relaxed")
+    lost = pl.concat([pl.read_parquet(r.lost_path) for r in results], how="diagonal_relaxed")
+    paths = {
+        "ann_sweep": str(write_parquet(table, output_dir / "ann_sweep.parquet")),
+        "ann_lost": str(write_parquet(lost, output_dir / "ann_lost.parquet")),
+    }
+    paths["ann_sweep_csv"] = str(write_text(output_dir / "ann_sweep.csv", table.write_csv()))
+    recommendations = {r.provider: (r.recommendation.to_dict() if r.recommendation else None) for r in results}
+    lines = [r.recommendation.line() if r.recommendation else f"{r.provider}: no setting within budget" for r in results]
+    paths["ann_recommendation"] = str(write_json(output_dir / "ann_recommendation.json",
+                                                 {"recommendations": recommendations, "lines": lines}))
+    return paths
+
+
+# --- plot ---------------------------------------------------------------------------------
+
+
+def plot_sweep(table: pl.DataFrame, path: Path, k: int, recommendation: Recommendation | None = None) -> Path | None:
+    """Neighbour recall@k against batched QPS (log), one line per built index."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recall = f"neighbour_recall@{k}"
+    if table.height == 0:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (kind, build), group in table.group_by(["index_kind", "build_params"], maintain_order=True):
+        label = kind if build == "{}" else f"{kind} " + ", ".join(f"{a}={b}" for a, b in json.loads(build).items() if a != "seed")
+        marker = "*" if kind == "flat" else "o"
+        ax.plot(group[recall].to_list(), group["qps_batch"].to_list(), marker=marker, markersize=10 if kind == "flat" else 4, label=label)
+    if recommendation is not None:
+        pick = table.filter((pl.col("index_kind") == recommendation.index_kind)
+                            & (pl.col("build_params") == _dumps(recommendation.build_params))
+                            & (pl.col("query_params") == _dumps(recommendation.query_params)))
+        if pick.height:
+            ax.scatter(pick[recall].to_list(), pick["qps_batch"].to_list(), s=180, facecolors="none", edgecolors="red",
+                       linewidths=1.5, label="recommended", zorder=5)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"neighbour recall@{k} (vs flat)")
+    ax.set_ylabel("queries / second (batched, all threads)")
+    ax.set_title(f"{table['provider'][0]}: recall vs speed")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path
+
+
+# --- synthetic data (tests and benchmarks/bench_ann_scale.py) -----------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticDataset:
+    """Seeded clustered unit vectors: nb document chunks, nq queries near chosen chunks, and
+    judgments from exact neighbours (the source chunk's document grade 2, the documents of its
+    next `neighbours` exact neighbours grade 1), so flat search is good but not perfect."""
+
+    d: int
+    nb: int
+    nq: int
+    clusters: int = 20
+    spread: float = 0.35  # norm of the within-cluster noise (centres are unit vectors)
+    query_noise: float = 0.5
+    chunks_per_doc: int = 1
+    neighbours: int = 4
+    seed: int = 0
+
+    def documents(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        centers = _unit(rng.standard_normal((self.clusters, self.d), dtype=np.float32))
+        out = np.empty((self.nb, self.d), dtype=np.float32)
+        scale = np.float32(self.spread / math.sqrt(self.d))  # noise vector norm ~ spread
+        for start in range(0, self.nb, 65_536):
+            stop = min(self.nb, start + 65_536)
+            batch_rng = np.random.default_rng([self.seed, start])
+            assign = batch_rng.integers(0, self.clusters, stop - start)
+            block = batch_rng.standard_normal((stop - start, self.d), dtype=np.float32)
+            block *= scale
+            block += centers[assign]
+            out[start:stop] = _unit(block)
+        return out
+
+    def sources(self) -> np.ndarray:
+        return np.sort(np.random.default_rng([self.seed, 1]).choice(self.nb, self.nq, replace=False))
+
+    def queries(self, documents: np.ndarray) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, 2])
+        noise = rng.standard_normal((self.nq, self.d), dtype=np.float32) * np.float32(self.query_noise / math.sqrt(self.d))
+        return _unit(documents[self.sources()] + noise)
+
+    def chunk_ids(self) -> list[str]:
+        return [f"c{i}" for i in range(self.nb)]
+
+    def chunk_doc(self) -> list[str]:
+        return [f"d{i // self.chunks_per_doc}" for i in range(self.nb)]
+
+    def qrels(self, documents: np.ndarray) -> pl.DataFrame:
+        sources = self.sources()
+        index = faiss.IndexFlatIP(self.d)
+        for start in range(0, self.nb, 65_536):
+            index.add(documents[start : start + 65_536])
+        _, ids = index.search(np.ascontiguousarray(documents[sources]), self.neighbours + 1)
+        rows = []
+        for q, (source, near) in enumerate(zip(sources, ids)):
+            seen = {source // self.chunks_per_doc}
+            rows.append((f"q{q}", f"d{source // self.chunks_per_doc}", 2))
+            for chunk in near:
+                doc = int(chunk) // self.chunks_per_doc
+                if chunk >= 0 and doc not in seen:
+                    seen.add(doc)
+                    rows.append((f"q{q}", f"d{doc}", 1))
+        return pl.DataFrame(rows, schema={"query_id": pl.String, "doc_id": pl.String, "grade": pl.Int64}, orient="row")
+
+    def write(self, store: Path, provider: str = "synthetic") -> tuple[EmbeddingSet, EmbeddingSet, str, pl.DataFrame]:
+        """Document and query sets in the cache format, the chunks file, and the qrels."""
+        documents = self.documents()
+        queries = self.queries(documents)
+        qrels = self.qrels(documents)
+        fingerprint = {"kind": "synthetic", **asdict(self)}
+        doc_set = write_embedding_set(store, provider, fingerprint, "document", self.chunk_ids(), documents)
+        query_set = write_embedding_set(store, provider, fingerprint, "query", [f"q{i}" for i in range(self.nq)], queries)
+        chunks_path = Path(store) / "chunks" / f"synthetic-{stable_hash(fingerprint)[:16]}.parquet"
+        write_parquet(pl.DataFrame({"chunk_id": self.chunk_ids(), "doc_id": self.chunk_doc()}), chunks_path)
+        return doc_set, query_set, str(chunks_path), qrels
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    faiss.normalize_L2(x)
+    return x
+
+
+def write_embedding_set(store: Path, provider: str, fingerprint: dict, role: str, ids: list[str],
+                        vectors: np.ndarray) -> EmbeddingSet:
+    """Precomputed vectors into the embedding cache (one shard, keyed as embed_texts keys texts,
+    with the id standing in for the text), plus the ordered set file."""
+    started = time.perf_counter()
+    fp_hash = fingerprint_hash(fingerprint)
+    directory = Path(store) / "embeddings" / f"{fingerprint.get('kind', 'precomputed')}-{fp_hash[:16]}"
+    if not (directory / "fingerprint.json").exists():
+        write_json(directory / "fingerprint.json", fingerprint)
+    keys = [cache_key(fp_hash, role, i) for i in ids]
+    shard = directory / f"shard-{0:020d}-{role}.parquet"
+    if not shard.exists():
+        write_parquet(_vector_table(keys, np.ascontiguousarray(vectors, dtype=np.float32)), shard)
+    set_key = stable_hash(fp_hash, role, keys, list(ids))
+    set_path = Path(store) / "sets" / f"{set_key}.parquet"
+    if not set_path.exists():
+        write_parquet(pl.DataFrame({"id": list(ids), "key": keys}), set_path)
+    return EmbeddingSet(provider=provider, role=role, cache_dir=str(directory), set_path=str(set_path), set_key=set_key,
+                        count=len(ids), dim=int(vectors.shape[1]), embedded=len(ids), from_cache=0, repeated=0,
+                        seconds=time.perf_counter() - started)

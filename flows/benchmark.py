@@ -19,7 +19,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from tasks import ann, breakdown, embed as embed_mod, failures, index as index_mod, report, retrieve as retrieve_mod, score as score_mod
+from tasks import ann, breakdown, cost as cost_mod, embed as embed_mod, failures, index as index_mod, report
+from tasks import retrieve as retrieve_mod, score as score_mod, sweep as sweep_mod
+from tasks.latency import LatencySpec, profile_latency
+from tasks.storage import write_parquet
+from tasks.sweep import SweepSpec
 from tasks.dataset import load_saved_dataset
 from tasks.manifest import build_manifest
 from tasks.publish import Published, publish, regressions_markdown
@@ -107,6 +111,41 @@ def score_stage(runs: list[retrieve_mod.RunResult], dataset: DatasetRef, spec: B
     return paths
 
 
+@stage(name="latency", task_run_name="latency-{provider.name}")
+def latency_stage(provider: ProviderSpec, chunks_path: str, latency: LatencySpec, output_dir: str) -> str:
+    logger = get_run_logger()
+    texts = pl.read_parquet(chunks_path, columns=["text"])["text"].to_list()
+    logger.info(f"{provider.name}: latency profile, batch sizes {latency.batch_sizes}")
+    table = profile_latency(create_provider(provider.kind, provider.options), provider.name, texts, latency)
+    return str(write_parquet(table, Path(output_dir) / "latency" / f"{provider.name}.parquet"))
+
+
+@stage(name="ann-sweep", task_run_name="ann-sweep-{doc_set.provider}")
+def sweep_stage(doc_set: embed_mod.EmbeddingSet, query_set: embed_mod.EmbeddingSet, chunks: ChunksRef, dataset: DatasetRef,
+                sweep: SweepSpec, store: str, output_dir: str, force: bool) -> sweep_mod.SweepResult:
+    logger = get_run_logger()
+    result = sweep_mod.run_sweep(doc_set, query_set, chunks.path, dataset.qrels_path, sweep, Path(store), Path(output_dir),
+                                 force=force, progress=logger.info)
+    logger.info(f"recommended: {result.recommendation}")
+    return result
+
+
+def ledger_tables(spec: BenchmarkSpec, dataset: DatasetRef, results: dict) -> dict[str, str]:
+    """`cost`, `storage` and `latency` tables from what the provider stages returned."""
+    pricing = {p.name: p for p in spec.providers}
+    cost_rows, storage = [], []
+    for name, work in results.items():
+        doc_set, query_set = work["embed"]
+        cost_rows.append(cost_mod.cost_row(name, pricing[name].kind, pricing[name].pricing, doc_set, query_set,
+                                           corpus_documents=dataset.documents))
+        storage.append((name, doc_set.count, doc_set.dim, [i.path for i in work["index"]]))
+    tables = {"cost": cost_mod.cost_table(cost_rows), "storage": cost_mod.storage_table(storage)}
+    latency = [pl.read_parquet(path) for work in results.values() for path in work["latency"]]
+    if latency:
+        tables["latency"] = pl.concat(latency)
+    return report.write_tables(Path(spec.output_dir), tables)
+
+
 class RegressionError(RuntimeError):
     pass
 
@@ -166,8 +205,10 @@ def run_pipeline(spec: BenchmarkSpec, spec_path: str, stage: str, providers: lis
         work = futures[provider.name] = {"embed": [
             embed_stage.submit(provider, chunks.path, "chunk_id", "document", store, force_here("embed")),
             embed_stage.submit(provider, dataset.queries_path, "query_id", "query", store, force_here("embed")),
-        ], "index": [], "retrieve": []}
+        ], "index": [], "retrieve": [], "sweep": [], "latency": []}
         doc_set, query_set = work["embed"]
+        if spec.latency is not None and stage == "score":
+            work["latency"].append(latency_stage.submit(provider, chunks.path, spec.latency, str(spec.output_dir)))
         if not reaches("index"):
             continue
         kinds = ["flat"] + (["ivf"] if spec.indexes.ivf is not None else [])
@@ -178,15 +219,23 @@ def run_pipeline(spec: BenchmarkSpec, spec_path: str, stage: str, providers: lis
                 nprobes = spec.indexes.ivf.nprobe if kind == "ivf" else []
                 work["retrieve"].append(retrieve_stage.submit(
                     built, doc_set, query_set, chunks, spec.depth, nprobes, store, force_here("retrieve")))
+        if spec.sweep is not None and reaches("retrieve"):
+            work["sweep"].append(sweep_stage.submit(
+                doc_set, query_set, chunks, dataset, spec.sweep, store, str(spec.output_dir), force_here("index")))
 
     results = {name: {part: [f.result() for f in fs] for part, fs in work.items()} for name, work in futures.items()}
     embeddings = [e for r in results.values() for e in r["embed"]]
     indexes = [i for r in results.values() for i in r["index"]]
     runs = [run for r in results.values() for group in r["retrieve"] for run in group]
+    sweeps = [sweep for r in results.values() for sweep in r["sweep"]]
 
     tables = score_stage(runs, dataset, spec) if reaches("score") else {}
+    if reaches("score"):
+        tables |= ledger_tables(spec, dataset, results)
+    if sweeps:
+        tables |= sweep_mod.write_sweep_tables(sweeps, Path(spec.output_dir))
     manifest = build_manifest(spec, spec_path, stage, sorted(targeted), force, dataset, chunks,
-                              embeddings, indexes, runs, tables, time.perf_counter() - started)
+                              embeddings, indexes, runs, tables, time.perf_counter() - started, sweeps)
     report.write_manifest(spec.output_dir, manifest)
     if reaches("score"):
         published = report_stage(spec, str(flow_run.id or uuid.uuid4()))

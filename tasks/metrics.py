@@ -5,6 +5,9 @@ tests/test_metrics_vs_trec_eval.py):
 
 - Ranking: per query, score descending, ties broken by doc id *descending* (byte-wise
   string comparison, trec_eval's ``strcmp(doc2, doc1)``). Any rank column is ignored.
+  Scores are compared in single precision, because trec_eval stores them as C ``float``:
+  1.0 and 1.00000001 tie (and go by doc id), scores beyond float32 range tie at +-inf,
+  and -0.0 ties with 0.0.
 - Binary relevance: a doc is relevant when it is judged and ``grade >= relevance_level``
   (default 1). Negative grades are never relevant (trec_eval reads them as "in the pool but
   unjudged") and unjudged docs count as non-relevant. ``relevance_level`` must be >= 1
@@ -41,22 +44,22 @@ log = logging.getLogger("retbench.metrics")
 RUN_COLUMNS = ("query_id", "doc_id", "score")
 QRELS_COLUMNS = ("query_id", "doc_id", "grade")
 
-# Unjudged docs get this grade after the join: below every legal relevance_level and with no gain.
-_UNJUDGED = -1
-
 
 class Ranked:
-    """A run in trec_eval order with grades attached: the input every measure kernel reads.
+    """The retrieved docs that can score, with their trec_eval rank: the input of every kernel.
 
-    Rows are sorted by (query index, position); ``qidx`` and ``rank`` (0-based) locate each
-    row. Per-query arrays have length ``n_queries``. Derived arrays are computed on first use
-    and shared by the measures that need them.
+    Every measure here is a sum over retrieved docs with grade > 0 (relevant docs for binary
+    measures, gain for nDCG), so only those rows are kept; unjudged and zero-grade docs
+    matter only through the ranks they push down. Rows are sorted by (query index, rank);
+    ``rank`` is 0-based. Per-query arrays have length ``n_queries``. Derived arrays are
+    computed on first use and shared by the measures that need them.
     """
 
-    def __init__(self, qidx: np.ndarray, grade: np.ndarray, n_queries: int,
+    def __init__(self, qidx: np.ndarray, rank: np.ndarray, grade: np.ndarray, n_queries: int,
                  ideal_qidx: np.ndarray, ideal_grade: np.ndarray, num_rel: np.ndarray,
                  relevance_level: int):
         self.qidx = qidx
+        self.rank = rank
         self.grade = grade
         self.n_queries = n_queries
         # Judged grades > 0 per query, sorted by (query, grade desc): the ideal nDCG ranking.
@@ -64,12 +67,6 @@ class Ranked:
         self.ideal_grade = ideal_grade
         self.num_rel = num_rel
         self.relevance_level = relevance_level
-
-    @cached_property
-    def rank(self) -> np.ndarray:
-        counts = np.bincount(self.qidx, minlength=self.n_queries)
-        starts = np.cumsum(counts) - counts
-        return np.arange(len(self.qidx), dtype=np.int64) - np.repeat(starts, counts)
 
     @cached_property
     def relevant(self) -> np.ndarray:
@@ -101,22 +98,12 @@ class Ranked:
         mask = self.relevant if k is None else self.relevant & (self.rank < k)
         return np.bincount(self.qidx[mask], minlength=self.n_queries).astype(np.float64)
 
-    def per_query(self, values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        """Sum of row values per query over the rows in mask."""
-        if mask is None:
-            return np.bincount(self.qidx, weights=values, minlength=self.n_queries)
-        return np.bincount(self.qidx[mask], weights=values[mask], minlength=self.n_queries)
-
 
 def _divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     # A query with nothing to find scores 0, as in trec_eval, rather than NaN.
     out = np.zeros_like(num, dtype=np.float64)
     np.divide(num, den, out=out, where=den > 0)
     return out
-
-
-def _cut(r: Ranked, k: int | None) -> np.ndarray | None:
-    return None if k is None else r.rank < k
 
 
 # --- kernels: one per measure, each returns one value per query -------------------------
@@ -283,19 +270,7 @@ def _check_ids(df: pl.DataFrame, what: str) -> pl.DataFrame:
 
 def _first_duplicate(df: pl.DataFrame) -> tuple[str, str] | None:
     dup = df.filter(pl.struct("query_id", "doc_id").is_duplicated())
-    if dup.height == 0:
-        return None
-    return dup.row(0)[:2]
-
-
-def _run_duplicate(run: pl.DataFrame) -> tuple[str, str] | None:
-    # Hash first: a full duplicate check on 10M string pairs costs more than the scoring.
-    h = run.select(pl.struct("query_id", "doc_id").hash(seed=0)).to_series().to_numpy()
-    hs = np.sort(h)
-    clash = hs[1:][hs[1:] == hs[:-1]]
-    if len(clash) == 0:
-        return None
-    return _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
+    return dup.row(0)[:2] if dup.height else None
 
 
 def _prepare(run: pl.DataFrame, qrels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -315,41 +290,102 @@ def _prepare(run: pl.DataFrame, qrels: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
         raise ValueError(f"run: query {q!r} doc {d!r} has score {s} ({bad.height} such rows)")
     if qrels["grade"].null_count():
         raise ValueError("qrels: column grade has nulls")
-    dup = _run_duplicate(run)
-    if dup:
-        raise ValueError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once")
     dup = _first_duplicate(qrels)
     if dup:
         raise ValueError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once")
     return run, qrels
 
 
-def _rank(run: pl.DataFrame, qrels: pl.DataFrame, queries: pl.Series,
-          relevance_level: int) -> Ranked:
-    # Queries become small integer codes (in id order) before sorting: sorting 10M rows on a
-    # string query id costs about twice as much as on an integer one.
-    code = pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.UInt32).alias("q")
-    in_eval = pl.col("query_id").is_in(queries.implode())
-    if run["query_id"].n_unique() != len(queries):
-        run = run.filter(in_eval)
-    qrels = qrels.filter(in_eval).select(code, "doc_id", "grade")
-    ranked = (
-        run.lazy()
-        .select(code, "score", "doc_id")
-        .join(qrels.lazy(), on=["q", "doc_id"], how="left")
-        .sort(["q", "score", "doc_id"], descending=[False, True, True])
-        .select("q", pl.col("grade").fill_null(_UNJUDGED))
-        .collect()
+def _check_run_duplicates(run: pl.DataFrame, code: np.ndarray) -> None:
+    # Hash (query code, doc id) and sort the hashes: an exact duplicate check on 10M string
+    # pairs would cost more than all the scoring. Only hash clashes get the exact check.
+    h = run["doc_id"].hash(seed=0).to_numpy() ^ (code.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    hs = np.sort(h)
+    clash = hs[1:][hs[1:] == hs[:-1]]
+    if len(clash):
+        dup = _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
+        if dup:
+            raise ValueError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once")
+
+
+def _score_order(score: np.ndarray) -> np.ndarray:
+    """uint64 keys that sort like trec_eval's scores: C floats (single precision, which is
+    how trec_eval stores them), with -0.0 == 0.0 as in its C comparison."""
+    with np.errstate(over="ignore"):  # beyond float32 range -> +-inf, as in trec_eval
+        single = score.astype(np.float32) + np.float32(0.0)
+    bits = single.view(np.uint32).astype(np.uint64)
+    negative = bits >> np.uint64(31)
+    # Negative floats: flip every bit; others: set the sign bit. Then unsigned order = float order.
+    return bits ^ ((np.uint64(0) - negative) & np.uint64(0xFFFFFFFF) | np.uint64(0x80000000))
+
+
+def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
+    """0-based trec_eval rank of each ``scoring`` row within ``run`` (both with q, doc_id,
+    score, and i, the row index in run).
+
+    rank = docs of the same query with a higher score + tied docs with a higher doc id.
+    Counting this for the few scoring rows avoids sorting the whole run, which with a
+    string tie-break costs several seconds at 10M rows. Query code (high 32 bits) and score
+    order (low 32 bits) pack into one uint64 key, so "same query, higher score" is a range
+    in one sorted integer array, and equal keys are exact ties, ordered in a small sort.
+    """
+    def keys(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        q = frame["q"].to_numpy().astype(np.uint64) << np.uint64(32)
+        return q, q | _score_order(frame["score"].to_numpy())
+
+    _, run_key = keys(run)
+    query, key = keys(scoring)
+    sorted_key = np.sort(run_key)
+    # Looking up sorted needles lets numpy narrow each search from the last hit.
+    by_key = np.argsort(key)
+    higher = np.empty(len(key), dtype=np.int64)
+    higher[by_key] = (np.searchsorted(sorted_key, query[by_key] | np.uint64(0xFFFFFFFF), "right")
+                      - np.searchsorted(sorted_key, key[by_key], "right"))
+
+    tied = run.select("i", "doc_id", key=pl.Series(run_key)).filter(
+        pl.col("key").is_in(pl.Series(key).implode()))
+    if tied.height == len(key):  # no scoring row shares its score with another doc
+        return higher
+    tied = (
+        tied.sort(["key", "doc_id"], descending=[False, True])
+        .select("i", before=pl.int_range(pl.len()).over("key"))
     )
-    ideal = qrels.filter(pl.col("grade") > 0).sort(["q", "grade"], descending=[False, True])
+    before = np.zeros(run.height, dtype=np.int64)
+    before[tied["i"].to_numpy()] = tied["before"].to_numpy()
+    return higher + before[scoring["i"].to_numpy()]
+
+
+def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, queries: pl.Series,
+          relevance_level: int) -> Ranked:
+    # Query ids become integer codes in id order, so every later step works on numbers.
+    code = run["query_id"].cast(pl.Enum(run_queries)).to_physical().to_numpy()
+    _check_run_duplicates(run, code)
+    evaluated = run_queries.is_in(queries.implode()).to_numpy()
+    to_eval = np.full(len(run_queries), -1, dtype=np.int64)
+    to_eval[evaluated] = np.arange(evaluated.sum())
+    qidx = to_eval[code]
+    run = run.select("doc_id", "score", q=pl.Series(qidx, dtype=pl.Int64))
+    if not evaluated.all():
+        run = run.filter(pl.col("q") >= 0)
+    run = run.with_row_index("i")
+    qrels = qrels.filter(pl.col("query_id").is_in(queries.implode())).select(
+        pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.Int64).alias("q"),
+        "doc_id", "grade")
+    # grade >= 1 covers every relevance_level allowed and every doc with an nDCG gain.
+    scoring = run.join(qrels.filter(pl.col("grade") > 0), on=["q", "doc_id"], how="inner")
     n = len(queries)
+    rank = _trec_ranks(run, scoring) if scoring.height else np.zeros(0, dtype=np.int64)
+    q = scoring["q"].to_numpy()
+    order = np.lexsort((rank, q))
+    ideal = qrels.filter(pl.col("grade") > 0).sort(["q", "grade"], descending=[False, True])
     num_rel = np.bincount(qrels.filter(pl.col("grade") >= relevance_level)["q"].to_numpy(),
                           minlength=n)
     return Ranked(
-        qidx=ranked["q"].to_numpy().astype(np.int64),
-        grade=ranked["grade"].to_numpy(),
+        qidx=q[order],
+        rank=rank[order],
+        grade=scoring["grade"].to_numpy()[order],
         n_queries=n,
-        ideal_qidx=ideal["q"].to_numpy().astype(np.int64),
+        ideal_qidx=ideal["q"].to_numpy(),
         ideal_grade=ideal["grade"].to_numpy(),
         num_rel=num_rel.astype(np.float64),
         relevance_level=relevance_level,
@@ -368,7 +404,7 @@ def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
         raise ValueError(f"relevance_level must be >= 1 (got {relevance_level})")
     run, qrels = _prepare(run, qrels)
 
-    run_q = run["query_id"].unique()
+    run_q = run["query_id"].unique().sort()
     qrels_q = qrels["query_id"].unique()
     both = run_q.filter(run_q.is_in(qrels_q.implode())).sort()
     run_only = len(run_q) - len(both)
@@ -383,7 +419,7 @@ def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
 
     ids = both
     if len(both):
-        ranked = _rank(run, qrels, both, relevance_level)
+        ranked = _rank(run, qrels, run_q, both, relevance_level)
         scored = [m.compute(ranked) for m in parsed]
     else:
         scored = [np.zeros(0) for _ in parsed]

@@ -12,7 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tasks.cost import PricingSpec
+from tasks.latency import LatencySpec
 from tasks.storage import stable_hash
+from tasks.sweep import SweepSpec
 
 
 class SpecError(ValueError):
@@ -51,6 +54,7 @@ class ProviderSpec(_Strict):
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
     batch_size: int = Field(64, ge=1, description="texts per cache shard: a crash loses at most one batch")
+    pricing: PricingSpec | None = Field(None, description="price per 1M tokens, with the date it was read")
 
 
 class IVFSpec(_Strict):
@@ -97,6 +101,8 @@ class BenchmarkSpec(_Strict):
     store_dir: str = Field(".store", description="a local folder, or an object-store URI such as s3://bucket/prefix")
     store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
+    latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
+    sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
 
     @field_validator("k")
     @classmethod

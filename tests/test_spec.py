@@ -25,7 +25,7 @@ def test_defaults_and_paths_resolved_against_the_spec_folder(tmp_path):
     assert spec.k == [5, 10, 20]
     assert spec.dataset.split == "dev"
     assert spec.dataset.path == (tmp_path / "data").resolve()
-    assert spec.store_dir == (tmp_path / ".store").resolve()
+    assert spec.store_dir == str((tmp_path / ".store").resolve())
     assert spec.indexes.flat and spec.indexes.ivf.nprobe == [1, 4, 16]
 
 

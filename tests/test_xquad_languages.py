@@ -24,10 +24,11 @@ def _bench():
 
 
 @pytest.fixture(scope="module")
-def pairs(request):
+def pairs(request, tmp_path_factory):
     if not XQUAD.is_dir():
         pytest.skip(f"{XQUAD} not present")
-    store = os.environ.get("RETBENCH_TEST_STORE") or request.config.cache.mkdir("retbench-xquad-store")
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    store = os.environ.get("RETBENCH_TEST_STORE") or (cache.mkdir("retbench-xquad-store") if cache else tmp_path_factory.mktemp("xquad-store"))
     result = _bench().xquad_language_pairs(Path(store), limit=120, max_documents=40, resamples=1000, log=lambda _: None)
     table = result["language_pairs"]
     return {(p, s, m): (mean, low, high, n) for p, s, m, mean, low, high, n in

@@ -70,6 +70,8 @@ def index_stage(doc_set: embed_mod.EmbeddingSet, kind: str, indexes: IndexesSpec
     else:
         ivf = indexes.ivf
         settings = index_mod.resolve_ivf(doc_set.count, ivf.nlist, ivf.train_size, ivf.seed)
+    get_run_logger().info(f"{doc_set.provider}: {settings.file_name}: building unless in the store "
+                          f"({doc_set.count} vectors{'' if kind == 'flat' else f', training on {settings.train_size}'})")
     built = index_mod.build_index(doc_set, settings, Path(store), force=force)
     get_run_logger().info(f"{doc_set.provider}: {Path(built.path).name} {'built' if built.built else 'reused'} ({built.vectors} vectors, {built.seconds:.2f}s)")
     return built

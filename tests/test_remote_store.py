@@ -1,15 +1,13 @@
 """The store on an S3-compatible object store: moto's server on 127.0.0.1, started by the test."""
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.faulty_server import free_port, stop_process, wait_for_http
 
 SPEC = """
 name: s3
@@ -26,30 +24,20 @@ store_mirror: {mirror}
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
     pytest.importorskip("moto")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     try:
-        import httpx
-
-        for _ in range(120):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.25)
+        wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
         import pyarrow.fs as pafs
 
         fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1", allow_bucket_creation=True)
         fs.create_dir("retbench-test")
         yield f"127.0.0.1:{port}"
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        stop_process(server)
         log.close()
         for key, value in saved.items():
             if value is None:

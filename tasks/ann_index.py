@@ -21,7 +21,8 @@ import faiss
 import numpy as np
 
 from tasks.embed import EmbeddingSet, LoadReport, read_vectors
-from tasks.index import index_path
+from tasks.index import index_path, intact_index
+from tasks.integrity import file_lock, lock_for, record_checksum
 from tasks.storage import atomic_write, write_json
 
 KINDS = ("flat", "ivf", "hnsw", "ivfpq")
@@ -96,16 +97,18 @@ def ensure_index(
 ) -> BuildInfo:
     """Build the index unless its file exists. `vectors` is called only when building."""
     path = ann_index_path(store, embedding_set, settings)
-    built = force or not path.exists()
-    if built:
-        index, train_seconds, build_seconds = build(vectors(), settings)
-        atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
-        del index
-        write_json(sidecar_path(path), {
-            "build_seconds": build_seconds, "train_seconds": train_seconds,
-            "vectors": embedding_set.count, "dim": embedding_set.dim,
-            "settings": asdict(settings), "faiss": faiss.__version__,
-        })
+    with file_lock(lock_for(path)):
+        built = force or not intact_index(path, store, embedding_set.dim)
+        if built:
+            index, train_seconds, build_seconds = build(vectors(), settings)
+            atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
+            del index
+            record_checksum(path)
+            write_json(sidecar_path(path), {
+                "build_seconds": build_seconds, "train_seconds": train_seconds,
+                "vectors": embedding_set.count, "dim": embedding_set.dim,
+                "settings": asdict(settings), "faiss": faiss.__version__,
+            })
     info = _read_sidecar(path)
     return BuildInfo(
         settings=settings,

@@ -11,8 +11,6 @@ import codecs
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -695,15 +693,11 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _write_atomically(target: Path, write: Callable[[str], Any]) -> None:
-    """Write via a temp file in the same folder and os.replace, so a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write via a temp file in the same folder, fsync and os.replace (tasks.storage.atomic_write),
+    so a reader never sees half a file."""
+    from tasks.storage import atomic_write
+
+    atomic_write(target, write)
 
 
 _READERS: dict[str, tuple[Callable[..., _Raw], set[str]]] = {

@@ -11,6 +11,13 @@ recomputed. Each batch is written as its own shard the moment it is embedded
 (providers with `encode_batches` run several at once and hand them over as they
 complete), so a crash loses at most the batches in flight; the shards of one call
 are merged at the end, also after a failure, to keep the folder small.
+
+Integrity: each shard has a `<shard>.sha256` sidecar; "check the cache, embed what is
+missing, write it" runs under an exclusive flock on the folder's `.lock` (readers take it
+shared), so concurrent runs never embed a text twice; and every call first heals the folder
+(`heal_cache`): damaged shards go to quarantine (their rows are embedded again), rows
+superseded by a newer shard (a merge or compaction killed half-way, a forced re-embed) are
+dropped, and temporary files of killed writers are removed.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum, verify
 from tasks.providers import Provider, Role
 from tasks.storage import stable_hash, write_json, write_parquet
 
@@ -60,7 +68,15 @@ class EmbeddingSet:
 
 
 def full_fingerprint(provider: Provider) -> dict:
-    return {**provider.fingerprint(), **PIPELINE_FINGERPRINT}
+    try:
+        fingerprint = provider.fingerprint()
+    except ModuleNotFoundError as error:
+        # Before anything is written: a missing engine must not look like a cache problem.
+        raise RuntimeError(
+            f"provider kind {getattr(provider, 'kind', '?')!r} needs the Python package {error.name!r}, which is not "
+            f"installed: pip install {error.name} (or reinstall retbench), then rerun"
+        ) from error
+    return {**fingerprint, **PIPELINE_FINGERPRINT}
 
 
 def fingerprint_hash(fingerprint: dict) -> str:
@@ -101,11 +117,24 @@ def embed_texts(
         raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
     directory, fingerprint, fp_hash = cache_dir_for(store, provider)
     directory.mkdir(parents=True, exist_ok=True)
-    if not (directory / "fingerprint.json").exists():
-        write_json(directory / "fingerprint.json", fingerprint)
-
     keys = [cache_key(fp_hash, role, text) for text in texts]
-    cached = set() if force else cached_keys(directory)
+    set_key = stable_hash(fp_hash, role, keys, list(ids))
+    set_path = Path(store) / "sets" / f"{set_key}.parquet"
+    # One writer per provider folder: a second run waits here, then finds the rows cached.
+    with file_lock(cache_lock(directory)):
+        if not (directory / "fingerprint.json").exists():
+            write_json(directory / "fingerprint.json", fingerprint)
+        live = heal_cache(directory, store)
+        result = _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path,
+                               store, batch_size, progress, force, live, started)
+        if force:
+            heal_cache(directory, store)  # the old rows of re-embedded texts are dead now
+    return result
+
+
+def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path, store,
+                  batch_size, progress, force, live, started) -> "EmbeddingSet":
+    cached = set() if force else live
     missing: dict[str, str] = {}
     cached_texts: list[str] = []
     for key, text in zip(keys, texts):
@@ -120,10 +149,9 @@ def embed_texts(
     cached_tokens, cached_source = count_tokens(provider, cached_texts, role) if cached_texts else (0, "none")
     from_cache = len(cached_texts)
 
-    set_key = stable_hash(fp_hash, role, keys, list(ids))
-    set_path = Path(store) / "sets" / f"{set_key}.parquet"
-    if not set_path.exists():
+    if not verify(set_path, store, parquet_readable):
         write_parquet(pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())}), set_path)
+        record_checksum(set_path)
     return EmbeddingSet(
         provider=provider_name,
         role=role,
@@ -235,18 +263,75 @@ def _vector_table(keys: list[str], vectors: np.ndarray) -> pa.Table:
     })
 
 
-def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray) -> Path:
-    name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-    return write_parquet(_vector_table(keys, vectors), directory / name)
+def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray, stamp: int | None = None) -> Path:
+    name = f"shard-{stamp or time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+    path = write_parquet(_vector_table(keys, vectors), directory / name)
+    record_checksum(path)
+    return path
+
+
+def _remove_shard(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    Path(f"{path}.sha256").unlink(missing_ok=True)
 
 
 def _merge_shards(directory: Path, shards: list[Path]) -> None:
     # The merged shard is complete on disk before the small ones go, so a crash
-    # here leaves duplicates (harmless: readers keep one row per key) but never a gap.
+    # here leaves duplicates, never a gap; the next call's heal_cache drops them.
     table = pa.concat_tables([pq.read_table(path) for path in shards])
     _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table))
     for path in shards:
-        path.unlink(missing_ok=True)
+        _remove_shard(path)
+
+
+def cache_lock(directory: Path) -> Path:
+    return Path(directory) / ".lock"
+
+
+def heal_cache(directory: Path, store: Path) -> set[str]:
+    """Make the folder hold each key once, in intact shards; returns the live keys.
+    Call with the folder's lock held.
+
+    - leftover temporary files of a killed writer are deleted (writers hold the lock);
+    - a shard whose bytes do not match its sidecar, or that does not parse, is quarantined;
+    - a shard written without its sidecar (killed between the two renames) gets one;
+    - a row whose key a newer shard also holds is dead (newer wins, as on read): a shard with
+      only dead rows is deleted, one with some is rewritten without them (same time stamp, so
+      its place in the order is kept) before the old file goes. Killed half-way, this leaves
+      duplicates again, never a gap, and the next call finishes the job.
+    """
+    directory = Path(directory)
+    for stale in directory.glob(".shard-*.tmp"):
+        stale.unlink(missing_ok=True)
+    seen: set[str] = set()
+    for path in shard_paths(directory)[::-1]:  # newest first
+        state = checksum_ok(path)
+        try:
+            shard_keys = pq.read_table(path, columns=["key"]).column("key").to_pylist() if state is not False else None
+        except Exception as error:  # a file that does not parse is damage, whatever pyarrow raises
+            quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
+            continue
+        if shard_keys is None:
+            quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+            continue
+        if state is None:
+            record_checksum(path)
+        live_rows = []
+        row_seen: set[str] = set()
+        for row, key in enumerate(shard_keys):
+            if key not in seen and key not in row_seen:
+                live_rows.append(row)
+                row_seen.add(key)
+        if len(live_rows) < len(shard_keys):
+            dropped = len(shard_keys) - len(live_rows)
+            if live_rows:
+                table = pq.read_table(path).take(pa.array(live_rows, pa.int64()))
+                stamp = int(path.name.split("-")[1])
+                _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table), stamp=stamp)
+            _remove_shard(path)
+            log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name)
+        seen |= row_seen
+    return seen
 
 
 def shard_paths(directory: Path) -> list[Path]:
@@ -301,6 +386,12 @@ def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, Lo
     ids = wanted["id"].to_list()
     keys = wanted.select("key").with_row_index("position")
     del wanted
+    # Shared lock: no writer merges or heals (deletes shards) while we plan and read.
+    with file_lock(cache_lock(Path(embedding_set.cache_dir)), shared=True):
+        return _read_vectors_locked(embedding_set, ids, keys)
+
+
+def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.DataFrame):
     dim = embedding_set.dim
     # Newest shard first: after a forced re-embed its rows win over the old ones.
     paths = shard_paths(Path(embedding_set.cache_dir))[::-1]

@@ -5,6 +5,10 @@ Files are named by their parameters under a folder named by the embedding set,
 tells what was built, and an index is rebuilt only when its inputs change.
 Build-time parameters (nlist, training sample) name the file; the query-time
 parameter (nprobe) does not.
+
+Each file has a `<file>.sha256` sidecar and is built under an flock on `.<file>.lock`, so two
+runs build it once; a damaged file is quarantined and rebuilt, and a file of the wrong
+dimension (copied in by hand) is refused with the fix.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import faiss
 import numpy as np
 
 from tasks.embed import EmbeddingSet, load_vectors
+from tasks.integrity import faiss_dimension, file_lock, lock_for, record_checksum, verify
 from tasks.storage import atomic_write
 
 
@@ -69,11 +74,13 @@ def index_path(store: Path, embedding_set: EmbeddingSet, settings: IndexSettings
 def build_index(embedding_set: EmbeddingSet, settings: IndexSettings, store: Path, force: bool = False) -> BuiltIndex:
     path = index_path(store, embedding_set, settings)
     started = time.perf_counter()
-    built = force or not path.exists()
-    if built:
-        _, vectors = load_vectors(embedding_set)
-        index = _build(vectors, settings)
-        atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
+    with file_lock(lock_for(path)):
+        built = force or not intact_index(path, store, embedding_set.dim)
+        if built:
+            _, vectors = load_vectors(embedding_set)
+            index = _build(vectors, settings)
+            atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
+            record_checksum(path)
     return BuiltIndex(
         provider=embedding_set.provider,
         settings=settings,
@@ -109,6 +116,21 @@ def normalized(vectors: np.ndarray) -> np.ndarray:
     vectors = np.array(vectors, dtype=np.float32, copy=True, order="C")
     faiss.normalize_L2(vectors)
     return vectors
+
+
+def intact_index(path: Path, store: Path, expected_dim: int) -> bool:
+    """Is there a usable index file at `path`? Damaged: quarantined, False (rebuild).
+    Intact but of another dimension: an error, since it was not built from this set."""
+    if not verify(path, store, lambda p: faiss.read_index(str(p))):
+        return False
+    dim = faiss_dimension(path)
+    if dim != expected_dim:
+        raise ValueError(
+            f"index {path} has dimension {dim}, but its embedding set has dimension {expected_dim}: "
+            f"it was not built from these vectors (copied from another store?); delete it (and {path}.sha256) "
+            "and rerun to rebuild it"
+        )
+    return True
 
 
 def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index:

@@ -3,6 +3,9 @@
 A document takes its best chunk's score (MaxP), one entry per document, *before*
 the ranking is cut, and the chunk depth grows until every query has enough
 distinct documents: a top-k of chunks can hold far fewer than k documents.
+
+Run files (`runs/<key>.parquet`) have a `.sha256` sidecar and are computed under an flock on
+`.<key>.parquet.lock`; a damaged run file is quarantined and computed again.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import numpy as np
 import polars as pl
 
 from tasks.embed import EmbeddingSet, load_vectors
-from tasks.index import BuiltIndex, load_index, normalized
+from tasks.index import BuiltIndex, build_index, load_index, normalized
+from tasks.integrity import file_lock, lock_for, parquet_readable, record_checksum, verify
 from tasks.storage import stable_hash, write_parquet, write_text
 
 RUN_SCHEMA = {
@@ -51,12 +55,19 @@ def retrieve(
     force: bool = False,
 ) -> RunResult:
     index_file = Path(built.path)
+    if not verify(index_file, store, None):  # damaged since the index stage: quarantined, build it again
+        built = build_index(doc_set, built.settings, store)
     stat = index_file.stat()
     key = stable_hash("run-v1", index_file.name, doc_set.set_key, stat.st_size, stat.st_mtime_ns, query_set.set_key, chunks_path, depth, nprobe)
     path = Path(store) / "runs" / f"{key}.parquet"
+    with file_lock(lock_for(path)):
+        if not force and verify(path, store, parquet_readable):
+            return RunResult(built.provider, built.settings.kind, nprobe, str(path), query_set.count, 0.0, False)
+        return _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file, path)
+
+
+def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file, path) -> RunResult:
     label = built.settings.kind
-    if path.exists() and not force:
-        return RunResult(built.provider, label, nprobe, str(path), query_set.count, 0.0, False)
 
     chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"].to_list()
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
@@ -85,6 +96,7 @@ def retrieve(
     )
     run = trec_order(run).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     write_parquet(run, path)
+    record_checksum(path)
     return RunResult(built.provider, label, nprobe, str(path), len(query_ids), seconds, True)
 
 

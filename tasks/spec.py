@@ -137,8 +137,12 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         raise SpecError(f"spec file not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{path}: not UTF-8 text (invalid byte at offset {error.start})") from None
     except yaml.YAMLError as error:
         raise SpecError(f"{path}: not valid YAML: {error}") from error
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a benchmark spec") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
     raw.update({k: v for k, v in overrides.items() if v is not None})

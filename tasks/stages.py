@@ -1,6 +1,10 @@
 """Plain functions behind the first two stages: load + validate the dataset, chunk
 the corpus. Each writes its output under the store, addressed by a hash of its
-inputs, and returns a small reference; finding the output there means no work."""
+inputs, and returns a small reference; finding the output there means no work.
+
+Both check the store and output directory are writable before any work, verify a stored
+output against its checksum sidecar before reusing it (a damaged one is quarantined and
+rebuilt), and hold an flock while they write."""
 from __future__ import annotations
 
 import time
@@ -11,6 +15,7 @@ import polars as pl
 
 from tasks.chunk import ChunkConfig, chunk_corpus
 from tasks.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
+from tasks.integrity import ensure_writable, file_lock, lock_for, parquet_readable, record_checksum, verify
 from tasks.spec import BenchmarkSpec
 from tasks.storage import stable_hash, write_parquet
 
@@ -51,6 +56,8 @@ class ChunksRef:
 
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     started = time.perf_counter()
+    ensure_writable(spec.store_dir, "store")
+    ensure_writable(spec.output_dir, "output")
     dataset_spec = spec.dataset
     dataset = load_dataset(
         dataset_spec.path, dataset_spec.format, dataset_spec.split,
@@ -58,9 +65,12 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    computed = force or not (directory / "dataset.json").exists()  # dataset.json is written last by save_dataset
-    if computed:
-        save_dataset(dataset, directory)
+    with file_lock(lock_for(directory)):
+        computed = force or not _saved_intact(directory, spec.store_dir)
+        if computed:
+            save_dataset(dataset, directory)
+            for name in _DATASET_FILES:
+                record_checksum(directory / name)
     return DatasetRef(
         name=dataset.name, path=str(directory), content_hash=digest,
         documents=dataset.corpus.height, queries=dataset.queries.height, judgments=dataset.qrels.height,
@@ -68,14 +78,25 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
 
 
+_DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset.json")
+
+
+def _saved_intact(directory: Path, store: str) -> bool:
+    """dataset.json is written last by save_dataset; every file must also match its checksum."""
+    intact = [verify(directory / name, store, None if name.endswith(".json") else parquet_readable) for name in _DATASET_FILES]
+    return all(intact)
+
+
 def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False) -> ChunksRef:
     started = time.perf_counter()
     config = ChunkConfig(**spec.chunking.model_dump())
     key = stable_hash("chunks-v1", dataset.content_hash, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
-    computed = force or not path.exists()
-    if computed:
-        corpus = load_saved_dataset(dataset.path).corpus
-        write_parquet(chunk_corpus(corpus, config), path)
+    with file_lock(lock_for(path)):
+        computed = force or not verify(path, spec.store_dir, parquet_readable)
+        if computed:
+            corpus = load_saved_dataset(dataset.path).corpus
+            write_parquet(chunk_corpus(corpus, config), path)
+            record_checksum(path)
     count = pl.scan_parquet(path).select(pl.len()).collect().item()
     return ChunksRef(path=str(path), key=key, chunks=count, computed=computed, seconds=time.perf_counter() - started)

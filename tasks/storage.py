@@ -6,6 +6,7 @@ and fsynced, then renamed over the target.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -51,8 +52,12 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            # The target (if any) is untouched: the half-written temp file is gone.
+            raise OSError(errno.ENOSPC, f"no space left on the device while writing {path}; nothing stored "
+                          "was changed: free space or move the store / output directory, then rerun") from error
         raise
     _fsync_dir(path.parent)
     return path

@@ -10,13 +10,21 @@ from pathlib import Path
 
 import polars as pl
 
+from tasks.storage import atomic_write
+
 RUN_FIELDS = "qid Q0 docno rank score tag"
 QRELS_FIELDS = "qid iter docno rel"
 
 
 def _fields(path: Path, n: int, names: list[str], layout: str) -> pl.DataFrame:
     """Split each non-blank line of ``path`` into ``n`` string columns, vectorised."""
-    text = Path(path).read_text(encoding="utf-8")
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # a BOM is tolerated, as by the dataset loaders
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: invalid UTF-8; expected UTF-8 text") from None
+    text = text.replace("\r\n", "\n")
     lines = pl.DataFrame({"line": text.split("\n")}).with_row_index("lineno", offset=1)
     lines = lines.filter(pl.col("line").str.strip_chars() != "")
     token = r"(\S+)"
@@ -93,7 +101,7 @@ def write_run(df: pl.DataFrame, path: str | Path, tag: str) -> None:
             pl.lit(tag).alias("tag"),
         )
     )
-    out.write_csv(path, separator=" ", include_header=False, quote_style="never")
+    atomic_write(path, lambda tmp: out.write_csv(tmp, separator=" ", include_header=False, quote_style="never"))
 
 
 def write_qrels(df: pl.DataFrame, path: str | Path) -> None:
@@ -102,8 +110,5 @@ def write_qrels(df: pl.DataFrame, path: str | Path) -> None:
     _check_tokens(df, ["query_id", "doc_id"], "qrels")
     if not df.schema["grade"].is_integer():
         raise ValueError(f"qrels: column grade must be an integer (found {df.schema['grade']})")
-    (
-        df.sort(["query_id", "doc_id"])
-        .select("query_id", pl.lit(0).alias("iter"), "doc_id", "grade")
-        .write_csv(path, separator=" ", include_header=False, quote_style="never")
-    )
+    out = df.sort(["query_id", "doc_id"]).select("query_id", pl.lit(0).alias("iter"), "doc_id", "grade")
+    atomic_write(path, lambda tmp: out.write_csv(tmp, separator=" ", include_header=False, quote_style="never"))

@@ -75,7 +75,7 @@ class SentenceTransformersProvider:
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         """Tokens the model reads (prefix and special tokens included, before truncation), for the cost ledger."""
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
-        encoded = self._model.tokenizer([prefix + text for text in texts], add_special_tokens=True)["input_ids"]
+        encoded = self._model.tokenizer([prefix + text for text in texts], add_special_tokens=True, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded], "tokenizer"
 
     @cached_property

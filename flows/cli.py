@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
     from tasks.dataset import DatasetError
+    from tasks.integrity import StoreError
     from tasks.spec import SpecError, load_spec, select_providers
 
     try:
@@ -58,7 +59,7 @@ def _run(args) -> int:
             providers=args.providers,
             force=args.force,
         )
-    except (SpecError, DatasetError) as error:
+    except (SpecError, DatasetError, StoreError) as error:
         print(f"retbench: {error}", file=sys.stderr)
         return 2
     return 0

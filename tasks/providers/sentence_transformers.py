@@ -82,7 +82,13 @@ class SentenceTransformersProvider:
     def _model(self):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as error:
+            raise RuntimeError(
+                "provider kind 'sentence-transformers' needs the packages sentence-transformers and torch "
+                "(pip install sentence-transformers torch==2.13.0), then rerun"
+            ) from error
 
         model = SentenceTransformer(str(self.path), device=self.options.device, local_files_only=True)
         if self.options.max_seq_length:

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/retbench run data/sample/spec.yaml
+	$(VENV)/bin/retbench run specs/sample.yaml
 
 test: $(STAMP)
 	$(VENV)/bin/pytest -q

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("spec", type=Path)
     history.add_argument("-m", "--measure", default="ndcg@10")
     history.add_argument("--store-dir", help="override the spec's store_dir")
+    history.add_argument("--all-settings", action="store_true", help="also the ANN settings (default: exact search only)")
     history.set_defaults(func=_history)
 
     from flows import eval_command, hard_negatives_command
@@ -69,6 +70,7 @@ def _history(args) -> int:
     import polars as pl
 
     from tasks import history
+    from tasks.report import text_table
     from tasks.remote_store import StoreMirror, default_mirror, is_remote
     from tasks.spec import SpecError, load_spec
 
@@ -86,9 +88,11 @@ def _history(args) -> int:
     if trend.is_empty():
         print(f"no recorded runs of spec {spec.name!r} in {store}")
         return 0
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=40, tbl_hide_dataframe_shape=True):
-        print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")
-        print(trend.with_columns(pl.col("run_id").str.slice(0, 8), pl.col("git_commit").str.slice(0, 10)))
+    if not args.all_settings:
+        trend = trend.select("finished_at", "run_id", "git_commit", *[c for c in trend.columns if c.endswith("/exact")])
+    print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")
+    print(text_table(trend.with_columns(
+        pl.col("finished_at").dt.strftime("%Y-%m-%d %H:%M"), pl.col("run_id").str.slice(0, 8), pl.col("git_commit").str.slice(0, 8))))
     return 0
 
 

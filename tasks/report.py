@@ -43,6 +43,23 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
+def text_table(frame: pl.DataFrame) -> str:
+    """A fixed-width text table: text columns left-aligned, numbers right-aligned (floats to 4 places)."""
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    numeric = [dtype.is_numeric() for dtype in frame.dtypes]
+    rows = [[cell(v) for v in row] for row in frame.iter_rows()]
+    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(frame.columns)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(cells, widths, numeric))
+
+    return "\n".join([line(frame.columns), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
 def summary_table_text(summary: pl.DataFrame) -> str:
     """The summary as a fixed-width text table: one row per provider/index/nprobe."""
     measures = [m for m in CONSOLE_MEASURES if m in set(summary["measure"].to_list())]
@@ -51,11 +68,4 @@ def summary_table_text(summary: pl.DataFrame) -> str:
         .pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
         .sort(["provider", "index", "nprobe"], nulls_last=False)
     )
-    header = ["provider", "index", "nprobe", "queries", *measures]
-    rows = [[
-        str(r["provider"]), str(r["index"]), "-" if r["nprobe"] is None else str(r["nprobe"]), str(r["queries"]),
-        *(f"{r[m]:.4f}" if r[m] is not None else "" for m in measures),
-    ] for r in wide.iter_rows(named=True)]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return text_table(wide.select("provider", "index", "nprobe", "queries", *measures))

@@ -82,7 +82,7 @@ def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
         index.nprobe = nprobe
     started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
-    doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64)
+    doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
     hits = search_documents(index, normalized(query_vectors), doc_codes, depth)
     seconds = time.perf_counter() - started
 
@@ -103,11 +103,13 @@ def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
 def search_documents(index, queries: np.ndarray, chunk_doc: np.ndarray, depth: int) -> pl.DataFrame:
     """MaxP document hits as row numbers: columns query, chunk (the document's best chunk), score.
 
-    At most `depth` documents per query. The chunk depth starts at 2 x depth and
-    grows 4x for the queries that still have fewer than `depth` distinct
-    documents, until the whole index has been searched.
+    `chunk_doc` gives each indexed chunk's document, as ids or as integer codes 0..n-1
+    (cheaper: nothing to factorise). At most `depth` documents per query. The chunk depth
+    starts at 2 x depth and grows 4x for the queries that still have fewer than `depth`
+    distinct documents, until the index has nothing more to give them (FAISS pads with -1
+    once an IVF query's probed lists are exhausted) or everything was searched.
     """
-    doc_codes = np.unique(chunk_doc, return_inverse=True)[1]
+    doc_codes = chunk_doc if chunk_doc.dtype.kind in "iu" else np.unique(chunk_doc, return_inverse=True)[1]
     wanted = min(depth, int(doc_codes.max()) + 1 if len(doc_codes) else 0)
     pending = np.arange(len(queries))
     chunk_depth = min(index.ntotal, depth * 2)
@@ -116,16 +118,18 @@ def search_documents(index, queries: np.ndarray, chunk_doc: np.ndarray, depth: i
         scores, rows = index.search(queries[pending], chunk_depth)
         hits = _max_per_doc(pending, scores, rows, doc_codes)
         found = np.bincount(hits["query"].to_numpy(), minlength=len(queries))[pending]
-        finished = (found >= wanted) | (chunk_depth >= index.ntotal)
+        finished = (found >= wanted) | (rows[:, -1] < 0) | (chunk_depth >= index.ntotal)
         parts.append(hits.filter(pl.col("query").is_in(pending[finished])))
         pending = pending[~finished]
         chunk_depth = min(index.ntotal, chunk_depth * 4)
     result = pl.concat(parts) if parts else pl.DataFrame(schema={"query": pl.Int64, "chunk": pl.Int64, "score": pl.Float64})
-    # Exact ties on score are settled by doc id later (trec_order); here keep the best `depth`.
-    return result.sort(["query", "score"], descending=[False, True]).group_by("query", maintain_order=True).head(depth)
+    # Each query's rows are contiguous and best first; exact ties on score are settled by
+    # doc id later (trec_order).
+    return result.group_by("query", maintain_order=True).head(depth)
 
 
 def _max_per_doc(query_rows: np.ndarray, scores: np.ndarray, rows: np.ndarray, doc_codes: np.ndarray) -> pl.DataFrame:
+    """A document's first hit in FAISS's best-first order is its best chunk (MaxP)."""
     valid = rows >= 0  # FAISS pads with -1 when the probed IVF lists hold fewer vectors
     chunk = rows[valid].astype(np.int64)
     frame = pl.DataFrame({
@@ -134,8 +138,7 @@ def _max_per_doc(query_rows: np.ndarray, scores: np.ndarray, rows: np.ndarray, d
         "doc_code": doc_codes[chunk].astype(np.int64),
         "score": scores[valid].astype(np.float64),
     })
-    best = frame.sort(["query", "doc_code", "score", "chunk"], descending=[False, False, True, False])
-    return best.unique(subset=["query", "doc_code"], keep="first", maintain_order=True).select("query", "chunk", "score")
+    return frame.unique(subset=["query", "doc_code"], keep="first", maintain_order=True).select("query", "chunk", "score")
 
 
 def trec_order(run: pl.DataFrame) -> pl.DataFrame:

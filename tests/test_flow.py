@@ -102,6 +102,24 @@ def test_second_run_embeds_nothing_and_reuses_indexes(sample_runs):
     assert not any(r["computed"] for r in second["retrieval"])
 
 
+def test_summary_and_regressions_are_prefect_artifacts(sample_runs):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def latest(key):
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+            return found[-1] if found else None
+
+    summary = asyncio.run(latest("sample-hashing-summary"))
+    regressions = asyncio.run(latest("sample-hashing-regressions"))
+    assert summary is not None and summary.type == "table"
+    assert regressions is not None and regressions.type == "markdown"
+    assert "regression" in regressions.data.lower()
+
+
 def test_manifest_records_what_a_reader_needs(sample_runs):
     _, first, _ = sample_runs
     assert len(first["dataset"]["content_hash"]) == 64

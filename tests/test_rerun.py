@@ -71,3 +71,36 @@ def test_forced_single_stage_runs_only_that_stage_for_that_provider(history):
     assert {e["provider"] for e in embed_only["embedding"]} == {"swapped"}
     assert sum(e["embedded"] for e in embed_only["embedding"]) == sum(e["embedded"] for e in swapped["embedding"])
     assert embed_only["indexes"] == [] and embed_only["retrieval"] == [] and embed_only["tables"] == {}
+
+
+def test_editing_one_paragraph_reembeds_only_that_chunk(tmp_path, prefect_harness):
+    import shutil
+
+    from flows.benchmark import benchmark
+
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "data" / "sample", data)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""
+name: edit
+dataset: {{path: {data}, format: jsonl, split: dev}}
+chunking: {{strategy: paragraph, max_words: 120}}
+providers: [{{name: lexical, kind: hashing}}]
+indexes: {{ivf: null}}
+output_dir: {tmp_path / 'out'}
+store_dir: {tmp_path / 'store'}
+""")
+    benchmark(str(spec))
+    lines = (data / "corpus.jsonl").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if json.loads(line)["id"] == "guide-001")
+    doc = json.loads(lines[index])
+    paragraphs = doc["text"].split("\n\n")
+    assert len(paragraphs) > 3
+    paragraphs[2] += " An added sentence about webhook retries."
+    doc["text"] = "\n\n".join(paragraphs)
+    lines[index] = json.dumps(doc, ensure_ascii=False)
+    (data / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    benchmark(str(spec))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    embedded = {e["role"]: e["embedded"] for e in manifest["embedding"]}
+    assert embedded == {"document": 1, "query": 0}

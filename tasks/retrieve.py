@@ -18,7 +18,7 @@ import polars as pl
 
 from tasks.embed import EmbeddingSet, load_vectors
 from tasks.index import BuiltIndex, build_index, load_index, normalized
-from tasks.integrity import file_lock, lock_for, parquet_readable, record_checksum, verify
+from tasks.integrity import file_lock, lock_for, parquet_readable, record_checksum, recorded_checksum, verify
 from tasks.storage import stable_hash, write_parquet, write_text
 
 RUN_SCHEMA = {
@@ -57,8 +57,12 @@ def retrieve(
     index_file = Path(built.path)
     if not verify(index_file, store, None):  # damaged since the index stage: quarantined, build it again
         built = build_index(doc_set, built.settings, store)
-    stat = index_file.stat()
-    key = stable_hash("run-v1", index_file.name, doc_set.set_key, stat.st_size, stat.st_mtime_ns, query_set.set_key, chunks_path, depth, nprobe)
+    # Named by content, not by place: a copied or moved store keeps its runs. The index's
+    # checksum stands for its bytes (a rebuilt index is a new run); the chunk file is named
+    # by its own content hash.
+    index_identity = recorded_checksum(index_file) or f"{index_file.stat().st_size}:{index_file.stat().st_mtime_ns}"
+    key = stable_hash("run-v2", index_file.name, doc_set.set_key, index_identity, query_set.set_key,
+                      Path(chunks_path).name, depth, nprobe)
     path = Path(store) / "runs" / f"{key}.parquet"
     with file_lock(lock_for(path)):
         if not force and verify(path, store, parquet_readable):

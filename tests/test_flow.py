@@ -108,16 +108,18 @@ def test_summary_and_regressions_are_prefect_artifacts(sample_runs):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    async def latest(key):
+    async def versions(key):
         async with get_client() as client:
             found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
-            return found[-1] if found else None
+            return sorted(found, key=lambda artifact: artifact.created)
 
-    summary = asyncio.run(latest("sample-hashing-summary"))
-    regressions = asyncio.run(latest("sample-hashing-regressions"))
-    assert summary is not None and summary.type == "table"
-    assert regressions is not None and regressions.type == "markdown"
-    assert "regression" in regressions.data.lower()
+    summaries = asyncio.run(versions("sample-hashing-summary"))
+    regressions = asyncio.run(versions("sample-hashing-regressions"))
+    assert len(summaries) == 2 and {a.type for a in summaries} == {"table"}
+    assert [a.type for a in regressions] == ["markdown", "markdown"]
+    # The first run has nothing to compare with; the second compares with the first.
+    assert regressions[0].data.startswith("No earlier run")
+    assert "no regression against previous" in regressions[1].data.lower()
 
 
 def test_manifest_records_what_a_reader_needs(sample_runs):

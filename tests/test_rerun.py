@@ -104,3 +104,21 @@ store_dir: {tmp_path / 'store'}
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     embedded = {e["role"]: e["embedded"] for e in manifest["embedding"]}
     assert embedded == {"document": 1, "query": 0}
+
+
+def test_a_moved_store_is_still_a_cache(history, tmp_path):
+    import shutil
+
+    from flows.benchmark import benchmark
+
+    first, _, _ = history
+    old_store = Path(first["spec"]["store_dir"])
+    shutil.move(str(old_store), str(tmp_path / "moved"))
+    try:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=512, out=tmp_path / "out", store=tmp_path / "moved"))
+        benchmark(str(spec))
+    finally:
+        shutil.move(str(tmp_path / "moved"), str(old_store))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [w for w in manifest["work"] if w["computed"]] == []

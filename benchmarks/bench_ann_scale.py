@@ -70,7 +70,6 @@ def rss_bytes() -> int:
 
 
 def generate(args) -> None:
-    import polars as pl
 
     from tasks.sweep import SyntheticDataset
 
@@ -163,7 +162,7 @@ def main() -> None:
     from tasks.ann_index import load_vectors_mapped
     from tasks.embed import EmbeddingSet
     from tasks.index import normalized
-    from tasks.retrieve import search_documents, trec_order
+    from tasks.retrieve import document_run, search_documents
     from tasks.sweep import SweepSpec, run_sweep
 
     doc_set = EmbeddingSet(**meta["doc_set"])
@@ -217,8 +216,8 @@ def main() -> None:
     chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"]
     chunks = pl.read_parquet(meta["chunks_path"])
     doc_ids = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")["doc_id"]
-    doc_strings = doc_ids.to_numpy()  # what tasks.retrieve.retrieve passes
-    doc_codes = np.unique(doc_strings, return_inverse=True)[1].astype(np.int64)
+    doc_strings = doc_ids.to_numpy()
+    doc_codes = doc_ids.rank("dense").to_numpy().astype(np.int64) - 1  # as tasks.retrieve.retrieve computes them
     query_ids = pl.Series(list(map(str, range(len(queries)))))
     index_dir = store / "indexes" / doc_set.set_key[:32]
     print(f"\nretrieval overhead, {len(queries)} queries, depth {args.depth} documents (best of {args.repeats}, alternating):")
@@ -236,8 +235,7 @@ def main() -> None:
 
             def stage():
                 hits = search_documents(index, queries, doc_codes, args.depth)
-                return trec_order(pl.DataFrame({"query_id": query_ids.gather(hits["query"]), "doc_id": doc_ids.gather(hits["chunk"]),
-                                                "score": hits["score"]}))
+                return document_run(hits, doc_codes, query_ids, doc_ids, chunk_ids)
 
             full = min(full, best_of(stage, 1))
         strings = best_of(lambda: search_documents(index, queries, doc_strings, args.depth), 1)

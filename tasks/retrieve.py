@@ -90,15 +90,9 @@ def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
     hits = search_documents(index, normalized(query_vectors), doc_codes, depth)
     seconds = time.perf_counter() - started
 
-    run = hits.with_columns(
-        query_id=pl.Series(query_ids).gather(hits["query"]),
-        doc_id=pl.Series(doc_ids).gather(hits["chunk"]),
-        chunk_id=pl.Series(chunk_ids).gather(hits["chunk"]),
-        provider=pl.lit(built.provider),
-        index=pl.lit(label),
-        nprobe=pl.lit(nprobe, dtype=pl.Int64),
-    )
-    run = trec_order(run).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
+    run = document_run(hits, doc_codes, pl.Series(query_ids), pl.Series(doc_ids), pl.Series(chunk_ids)).with_columns(
+        provider=pl.lit(built.provider), index=pl.lit(label), nprobe=pl.lit(nprobe, dtype=pl.Int64),
+    ).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     write_parquet(run, path)
     record_checksum(path)
     return RunResult(built.provider, label, nprobe, str(path), len(query_ids), seconds, True)
@@ -143,6 +137,24 @@ def _max_per_doc(query_rows: np.ndarray, scores: np.ndarray, rows: np.ndarray, d
         "score": scores[valid].astype(np.float64),
     })
     return frame.unique(subset=["query", "doc_code"], keep="first", maintain_order=True).select("query", "chunk", "score")
+
+
+def document_run(hits: pl.DataFrame, doc_codes: np.ndarray, query_ids: pl.Series, doc_ids: pl.Series,
+                 chunk_ids: pl.Series) -> pl.DataFrame:
+    """search_documents' hits as a ranked run: query_id, doc_id, chunk_id, score, rank.
+
+    The trec order (score desc, then doc id desc) is sorted on integers: `doc_codes` must
+    rank the doc ids in byte order (polars' dense rank does), so no string is compared.
+    """
+    ordered = hits.with_columns(doc_code=pl.Series(doc_codes).gather(hits["chunk"])).sort(
+        ["query", "score", "doc_code"], descending=[False, True, True])
+    return ordered.select(
+        query_id=query_ids.gather(ordered["query"]),
+        doc_id=doc_ids.gather(ordered["chunk"]),
+        chunk_id=chunk_ids.gather(ordered["chunk"]),
+        score="score",
+        rank=pl.int_range(1, pl.len() + 1).over("query"),
+    )
 
 
 def trec_order(run: pl.DataFrame) -> pl.DataFrame:

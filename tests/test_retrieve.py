@@ -55,3 +55,21 @@ def test_trec_order_breaks_ties_by_doc_id_descending():
     ordered = trec_order(run)
     assert ordered["doc_id"].to_list() == ["b", "z", "c", "a"]
     assert ordered["rank"].to_list() == [1, 2, 3, 4]
+
+
+def test_document_run_sorts_on_codes_exactly_as_trec_order_on_strings():
+    from tasks.retrieve import document_run
+
+    rng = np.random.default_rng(3)
+    doc_ids = pl.Series(["b", "a", "B", "A", "é", "z", "a10", "a9"])
+    codes = doc_ids.rank("dense").to_numpy().astype(np.int64) - 1
+    hits = pl.DataFrame({
+        "query": np.repeat([0, 1], 8),
+        "chunk": np.concatenate([rng.permutation(8), rng.permutation(8)]),
+        "score": rng.choice([0.5, 0.25, 0.125], size=16),  # many exact ties
+    })
+    query_ids = pl.Series(["q0", "q1"])
+    ours = document_run(hits, codes, query_ids, doc_ids, doc_ids)
+    reference = trec_order(pl.DataFrame({
+        "query_id": query_ids.gather(hits["query"]), "doc_id": doc_ids.gather(hits["chunk"]), "score": hits["score"]}))
+    assert ours.select("query_id", "doc_id", "rank").rows() == reference.select("query_id", "doc_id", "rank").rows()

@@ -243,7 +243,7 @@ def main() -> None:
         overhead[label] = {"direct_s": direct, "direct_2x_depth_s": direct2, "search_documents_s": maxp, "with_run_frame_s": full, "string_doc_ids_s": strings}
         print(f"  {label}: faiss search k={args.depth} {direct:.3f}s, k={2 * args.depth} {direct2:.3f}s | "
               f"search_documents {maxp:.3f}s ({maxp / direct:.2f}x; {maxp / direct2:.2f}x vs k={2 * args.depth}) | "
-              f"+ doc ids and trec order {full:.3f}s ({full / direct:.2f}x) | with string doc ids, factorised on every call "
+              f"+ run in trec order (document_run) {full:.3f}s ({full / direct:.2f}x) | with string doc ids, factorised on every call "
               f"{strings:.3f}s ({strings / direct:.2f}x)")
         del index
 

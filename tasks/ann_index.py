@@ -12,7 +12,6 @@ reused index still reports how long it took to make.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,14 +20,13 @@ import faiss
 import numpy as np
 
 from tasks.embed import EmbeddingSet, LoadReport, read_vectors
-from tasks.index import index_path, intact_index
+from tasks.index import build_faiss_index, index_path, intact_index
 from tasks.integrity import file_lock, lock_for, record_checksum
 from tasks.storage import atomic_write, write_json
 
 KINDS = ("flat", "ivf", "hnsw", "ivfpq")
 # Query-time parameter of each kind, as FAISS's ParameterSpace names it.
 QUERY_PARAMETER = {"flat": None, "ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "efSearch"}
-_ADD_BATCH = 65_536  # rows normalised and added at a time: no full-size normalised copy
 
 
 @dataclass(frozen=True)
@@ -100,7 +98,7 @@ def ensure_index(
     with file_lock(lock_for(path)):
         built = force or not intact_index(path, store, embedding_set.dim)
         if built:
-            index, train_seconds, build_seconds = build(vectors(), settings)
+            index, train_seconds, build_seconds = build_faiss_index(vectors(), settings)
             atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
             del index
             record_checksum(path)
@@ -129,40 +127,6 @@ def _read_sidecar(path: Path) -> dict:
         return json.loads(sidecar.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-def build(vectors: np.ndarray, settings: AnnSettings) -> tuple[faiss.Index, float, float]:
-    """(index, train seconds, build seconds = train + add) over L2-normalised vectors, inner product."""
-    n, dim = vectors.shape
-    started = time.perf_counter()
-    if settings.kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif settings.kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = settings.ef_construction
-    elif settings.kind == "ivf":
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
-    else:
-        if dim % settings.m:
-            raise ValueError(f"IVF-PQ m={settings.m} must divide the dimension {dim}")
-        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, settings.nlist, settings.m, settings.nbits,
-                                 faiss.METRIC_INNER_PRODUCT)
-    if settings.kind in ("ivf", "ivfpq"):
-        # The same sample as tasks.index draws, so an IVF file is identical whoever builds it.
-        rng = np.random.default_rng(settings.seed)
-        rows = np.sort(rng.choice(n, size=settings.train_size, replace=False))
-        index.cp.seed = settings.seed
-        index.train(_normalized_rows(vectors, rows))
-    train_seconds = time.perf_counter() - started
-    for start in range(0, n, _ADD_BATCH):
-        index.add(_normalized_rows(vectors, slice(start, start + _ADD_BATCH)))
-    return index, train_seconds, time.perf_counter() - started
-
-
-def _normalized_rows(vectors: np.ndarray, rows) -> np.ndarray:
-    batch = np.array(vectors[rows], dtype=np.float32, order="C", copy=True)
-    faiss.normalize_L2(batch)
-    return batch
 
 
 def set_query_params(index: faiss.Index, kind: str, params: dict[str, int]) -> None:

@@ -36,8 +36,6 @@ def _fmt(value) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4f}"
-    if isinstance(value, (list, dict)):
-        return str(value)
     return str(value)
 
 

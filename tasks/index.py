@@ -78,7 +78,7 @@ def build_index(embedding_set: EmbeddingSet, settings: IndexSettings, store: Pat
         built = force or not intact_index(path, store, embedding_set.dim)
         if built:
             _, vectors = load_vectors(embedding_set)
-            index = _build(vectors, settings)
+            index, _, _ = build_faiss_index(vectors, settings)
             atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
             record_checksum(path)
     return BuiltIndex(
@@ -93,22 +93,46 @@ def build_index(embedding_set: EmbeddingSet, settings: IndexSettings, store: Pat
     )
 
 
-def _build(vectors: np.ndarray, settings: IndexSettings) -> faiss.Index:
-    vectors = normalized(vectors)
-    dim = vectors.shape[1]
+_ADD_BATCH = 65_536  # rows normalised and added at a time: no full-size normalised copy
+
+
+def build_faiss_index(vectors: np.ndarray, settings) -> tuple[faiss.Index, float, float]:
+    """(index, train seconds, build seconds = train + add) over L2-normalised vectors, inner product.
+
+    One builder for every kind (IndexSettings here, AnnSettings for the sweep), so an IVF
+    file is identical whichever stage builds it.
+    """
+    n, dim = vectors.shape
+    started = time.perf_counter()
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
+    elif settings.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = settings.ef_construction
     elif settings.kind == "ivf":
-        quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(settings.seed)
-        sample = vectors[np.sort(rng.choice(len(vectors), size=settings.train_size, replace=False))]
-        index.cp.seed = settings.seed
-        index.train(sample)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
+    elif settings.kind == "ivfpq":
+        if dim % settings.m:
+            raise ValueError(f"IVF-PQ m={settings.m} must divide the dimension {dim}")
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, settings.nlist, settings.m, settings.nbits,
+                                 faiss.METRIC_INNER_PRODUCT)
     else:
         raise ValueError(f"unknown index kind {settings.kind!r}")
-    index.add(vectors)
-    return index
+    if settings.kind in ("ivf", "ivfpq"):
+        rng = np.random.default_rng(settings.seed)
+        rows = np.sort(rng.choice(n, size=settings.train_size, replace=False))
+        index.cp.seed = settings.seed
+        index.train(_normalized_rows(vectors, rows))
+    train_seconds = time.perf_counter() - started
+    for start in range(0, n, _ADD_BATCH):
+        index.add(_normalized_rows(vectors, slice(start, start + _ADD_BATCH)))
+    return index, train_seconds, time.perf_counter() - started
+
+
+def _normalized_rows(vectors: np.ndarray, rows) -> np.ndarray:
+    batch = np.array(vectors[rows], dtype=np.float32, order="C", copy=True)
+    faiss.normalize_L2(batch)
+    return batch
 
 
 def normalized(vectors: np.ndarray) -> np.ndarray:

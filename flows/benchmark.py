@@ -19,18 +19,21 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from tasks import ann, breakdown, cost as cost_mod, embed as embed_mod, failures, index as index_mod, report
-from tasks import retrieve as retrieve_mod, score as score_mod, sweep as sweep_mod
-from tasks.dataset import load_saved_dataset
-from tasks.latency import LatencySpec, profile_latency
-from tasks.manifest import build_manifest
+from tasks.analysis import ann, breakdown, cost as cost_mod, failures
+from tasks.stages import embed as embed_mod, index as index_mod
+from tasks.reporting import tables as report
+from tasks.stages import retrieve as retrieve_mod, sweep as sweep_mod
+from tasks.analysis import score as score_mod
+from tasks.stages.dataset import load_saved_dataset
+from tasks.stages.latency import LatencySpec, profile_latency
+from tasks.reporting.manifest import build_manifest
 from tasks.providers import create_provider
-from tasks.publish import Published, publish, regressions_markdown
-from tasks.remote_store import StoreMirror, default_mirror, display_uri, is_remote
-from tasks.spec import STAGES, BenchmarkSpec, IndexesSpec, ProviderSpec, load_spec, select_providers, slug
-from tasks.stages import ChunksRef, DatasetRef, chunk_dataset, prepare_dataset
-from tasks.storage import write_parquet
-from tasks.sweep import SweepSpec
+from tasks.reporting.publish import Published, publish, regressions_markdown
+from tasks.store.remote import StoreMirror, default_mirror, display_uri, is_remote
+from tasks.config.spec import STAGES, BenchmarkSpec, IndexesSpec, ProviderSpec, load_spec, select_providers, slug
+from tasks.stages.prepare import ChunksRef, DatasetRef, chunk_dataset, prepare_dataset
+from tasks.store.files import write_parquet
+from tasks.stages.sweep import SweepSpec
 
 # Our stages cache by content themselves; Prefect must not hash or persist their inputs.
 stage = task(cache_policy=NO_CACHE, persist_result=False)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tasks.spec import STAGES
+from tasks.config.spec import STAGES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
-    from tasks.dataset import DatasetError
-    from tasks.integrity import StoreError
-    from tasks.spec import SpecError, load_spec, select_providers
+    from tasks.stages.dataset import DatasetError
+    from tasks.store.integrity import StoreError
+    from tasks.config.spec import SpecError, load_spec, select_providers
 
     try:
         # Validate before Prefect starts its API server: a typo in the spec fails in milliseconds.
@@ -69,10 +69,10 @@ def _run(args) -> int:
 def _history(args) -> int:
     import polars as pl
 
-    from tasks import history
-    from tasks.report import text_table
-    from tasks.remote_store import StoreMirror, default_mirror, is_remote
-    from tasks.spec import SpecError, load_spec
+    from tasks.analysis import history
+    from tasks.reporting.tables import text_table
+    from tasks.store.remote import StoreMirror, default_mirror, is_remote
+    from tasks.config.spec import SpecError, load_spec
 
     try:
         spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
@@ -97,7 +97,7 @@ def _history(args) -> int:
 
 
 def _local_or_uri(store: str | None) -> str | None:
-    from tasks.remote_store import is_remote
+    from tasks.store.remote import is_remote
 
     if store is None or is_remote(store):
         return store

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.metrics import evaluate, parse_measure
-from tasks.trec import read_qrels, read_run
+from tasks.analysis.metrics import evaluate, parse_measure
+from tasks.analysis.trec import read_qrels, read_run
 
 DEFAULT_MEASURES = ["ndcg@10", "recall@10", "mrr", "map"]
 SUMMARY_ID = "all"  # trec_eval's name for the row of means

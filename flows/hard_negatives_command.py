@@ -30,8 +30,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import polars as pl
 
-    from tasks.dataset import DatasetError, load_saved_dataset
-    from tasks.hard_negatives import hard_negative_pairs, write_triples
+    from tasks.stages.dataset import DatasetError, load_saved_dataset
+    from tasks.analysis.hard_negatives import hard_negative_pairs, write_triples
 
     try:
         output_dir = Path(args.output_dir)

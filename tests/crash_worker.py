@@ -70,13 +70,15 @@ def run(store: Path, out: Path, data: Path = SAMPLE, batch_delay: float = 0.0,
     """The pipeline up to the score tables; returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
     import polars as pl
 
-    from tasks import index as index_mod, retrieve as retrieve_mod, score as score_mod
-    from tasks.dataset import load_saved_dataset
-    from tasks.embed import embed_texts
+    from tasks.stages import index as index_mod, retrieve as retrieve_mod
+
+    from tasks.analysis import score as score_mod
+    from tasks.stages.dataset import load_saved_dataset
+    from tasks.stages.embed import embed_texts
     from tasks.providers import create_provider
-    from tasks.spec import load_spec
-    from tasks.stages import chunk_dataset, prepare_dataset
-    from tasks.storage import write_parquet
+    from tasks.config.spec import load_spec
+    from tasks.stages.prepare import chunk_dataset, prepare_dataset
+    from tasks.store.files import write_parquet
 
     spec = load_spec(write_spec(spec_dir or Path(out) / ".spec", Path(store), Path(out), Path(data)))
     announce("load-dataset")
@@ -125,7 +127,7 @@ def needed_keys(store: Path, out: Path, data: Path = SAMPLE) -> dict[str, set[st
     """Cache keys a complete run needs, per provider cache folder name (from a finished run's sets)."""
     import polars as pl
 
-    from tasks.embed import cache_dir_for
+    from tasks.stages.embed import cache_dir_for
     from tasks.providers import create_provider
 
     needed: dict[str, set[str]] = {}

@@ -1,7 +1,7 @@
 import polars as pl
 import pytest
 
-from tasks.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans, document_text
+from tasks.stages.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans, document_text
 
 ENGLISH = (
     "The wing was tested in a slipstream. Lift rose with the angle of attack!\n\n"

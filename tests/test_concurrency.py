@@ -44,7 +44,7 @@ def test_three_concurrent_runs_share_the_store_without_double_work(tmp_path):
         for name in TABLES:
             assert pl.read_parquet(tmp_path / f"out{i}" / f"{name}.parquet").equals(reference[name]), (i, name)
     # Every index and run file was built once: one file per name, each with a matching checksum.
-    from tasks.integrity import checksum_ok
+    from tasks.store.integrity import checksum_ok
 
     for path in list((store / "indexes").rglob("*.faiss")) + list((store / "runs").glob("*.parquet")):
         assert checksum_ok(path) is True, path

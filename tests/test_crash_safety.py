@@ -26,7 +26,7 @@ TRIALS = 24
 
 
 def provider_folders(store: Path) -> dict[str, Path]:
-    from tasks.embed import cache_dir_for
+    from tasks.stages.embed import cache_dir_for
     from tasks.providers import create_provider
 
     return {name: cache_dir_for(store, create_provider("hashing", options))[0] for name, options in PROVIDERS.items()}
@@ -108,7 +108,7 @@ def test_kill_at_random_moments_of_every_stage_then_rerun(tmp_path, reference):
 
 def test_kill_between_merge_write_and_cleanup_leaves_no_duplicate_after_rerun(tmp_path, reference, monkeypatch):
     """The known gap: `_merge_shards` writes the merged shard, then deletes the small ones."""
-    from tasks import embed
+    from tasks.stages import embed
 
     real_remove = embed._remove_shard
     calls = {"n": 0}
@@ -130,7 +130,7 @@ def test_kill_between_merge_write_and_cleanup_leaves_no_duplicate_after_rerun(tm
 
 
 def test_force_reembed_leaves_one_row_per_key(tmp_path):
-    from tasks.embed import embed_texts, load_vectors
+    from tasks.stages.embed import embed_texts, load_vectors
     from tasks.providers import create_provider
 
     provider = create_provider("hashing", {"dim": 32})

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.dataset import (
+from tasks.stages.dataset import (
     CORPUS_SCHEMA,
     Dataset,
     DatasetError,

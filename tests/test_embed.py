@@ -3,7 +3,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.embed import cache_key, embed_texts, fingerprint_hash, full_fingerprint, load_vectors, shard_paths
+from tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, full_fingerprint, load_vectors, shard_paths
 from tasks.providers import create_provider
 
 

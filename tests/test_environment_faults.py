@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.integrity import StoreError
+from tasks.store.integrity import StoreError
 from tests import crash_worker
 
 
@@ -113,7 +113,7 @@ def test_full_filesystem_fails_cleanly_and_a_rerun_after_freeing_space_completes
 
 def test_enospc_in_the_atomic_writer_keeps_the_old_file(tmp_path, monkeypatch):
     """Without a real full disk: ENOSPC while writing replaces nothing and leaves no temp file."""
-    from tasks import storage
+    from tasks.store import files as storage
 
     target = tmp_path / "x.json"
     storage.write_json(target, {"old": True})
@@ -130,7 +130,7 @@ def test_enospc_in_the_atomic_writer_keeps_the_old_file(tmp_path, monkeypatch):
 
 
 def test_missing_model_package_is_named_with_the_install_command(tmp_path, monkeypatch):
-    from tasks.embed import embed_texts
+    from tasks.stages.embed import embed_texts
     from tasks.providers import create_provider
 
     crash_worker.run(tmp_path / "store", tmp_path / "out")
@@ -168,7 +168,7 @@ def test_index_file_of_another_dimension_is_refused_with_the_fix(tmp_path):
     other = faiss.IndexFlatIP(8)
     other.add(np.eye(8, dtype=np.float32))
     faiss.write_index(other, str(flat))  # copied in by hand, sidecar and all
-    from tasks.integrity import record_checksum
+    from tasks.store.integrity import record_checksum
 
     record_checksum(flat)
     for folder in ("runs",):

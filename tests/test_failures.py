@@ -4,8 +4,8 @@ import math
 import polars as pl
 import pytest
 
-from tasks.failures import FAILURE_SCHEMA, failure_counts, failure_table
-from tasks.retrieve import RUN_SCHEMA
+from tasks.analysis.failures import FAILURE_SCHEMA, failure_counts, failure_table
+from tasks.stages.retrieve import RUN_SCHEMA
 
 FLAT = ("m", "flat", None)
 IVF = ("m", "ivf", 1)

@@ -6,14 +6,14 @@ import polars as pl
 import pytest
 
 from flows import hard_negatives_command
-from tasks.dataset import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset, save_dataset
-from tasks.hard_negatives import (
+from tasks.stages.dataset import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset, save_dataset
+from tasks.analysis.hard_negatives import (
     HeldOutSplitError,
     hard_negative_pairs,
     hard_negative_triples,
     write_triples,
 )
-from tasks.retrieve import RUN_SCHEMA
+from tasks.stages.retrieve import RUN_SCHEMA
 
 CORPUS = pl.DataFrame([
     ("r1", "Refunds", "Refunds take 5 days.", "en"),

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks import history
+from tasks.analysis import history
 from tests.conftest import ROOT
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tasks.dataset import DatasetError, load_dataset
-from tasks.spec import SpecError, load_spec
-from tasks.trec import read_qrels, read_run
+from tasks.stages.dataset import DatasetError, load_dataset
+from tasks.config.spec import SpecError, load_spec
+from tasks.analysis.trec import read_qrels, read_run
 from tests import crash_worker
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -228,13 +228,13 @@ def test_pipeline_with_hostile_ids_writes_only_under_store_and_output(tmp_path):
     # The worker's IVF needs >= 39 vectors per list: keep flat only by giving it a tiny corpus spec.
     spec = crash_worker.write_spec(spec_dir, tmp_path / "store", tmp_path / "out", folder)
     spec.write_text(spec.read_text().replace("indexes: {ivf: {nprobe: [1, 4]}}", "indexes: {ivf: {nprobe: [1], nlist: 1}}"))
-    from tasks.spec import load_spec as load
+    from tasks.config.spec import load_spec as load
 
     loaded = load(spec)
-    from tasks import index as index_mod, retrieve as retrieve_mod
-    from tasks.embed import embed_texts
+    from tasks.stages import index as index_mod, retrieve as retrieve_mod
+    from tasks.stages.embed import embed_texts
     from tasks.providers import create_provider
-    from tasks.stages import chunk_dataset, prepare_dataset
+    from tasks.stages.prepare import chunk_dataset, prepare_dataset
 
     dataset = prepare_dataset(loaded)
     chunks = chunk_dataset(dataset, loaded)

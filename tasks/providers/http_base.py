@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tasks.providers.base import Role
-from tasks.secrets import redact, resolve_secret
+from tasks.providers.secrets import redact, resolve_secret
 
 log = logging.getLogger("retbench.http")
 

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
-from tasks.storage import file_sha256
+from tasks.store.files import file_sha256
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"

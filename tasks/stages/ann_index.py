@@ -1,10 +1,10 @@
 """Approximate FAISS indexes for the ANN sweep (IVF-Flat, HNSW-Flat, IVF-PQ) plus the exact
 flat reference, built once per embedding set and build parameters, and a vector loader that
-reads the Parquet cache in bounded memory (one matrix), unlike `tasks.embed.load_vectors`.
+reads the Parquet cache in bounded memory (one matrix), unlike `tasks.stages.embed.load_vectors`.
 
 Files sit next to the main flow's indexes and are named by their build-time parameters only
 (`hnsw_M-32_efc-40.faiss`, `ivfpq_nlist-64_m-16_nbits-8_train-16384_seed-0.faiss`); `flat.faiss`
-and `ivf_nlist-N_train-T_seed-S.faiss` are the very files `tasks.index` writes, built the same
+and `ivf_nlist-N_train-T_seed-S.faiss` are the very files `tasks.stages.index` writes, built the same
 way, so either side reuses the other's. Query-time parameters (nprobe, efSearch) never name a
 file. Each file we build gets a `<file>.json` sidecar with its build and train seconds, so a
 reused index still reports how long it took to make.
@@ -19,10 +19,10 @@ from typing import Callable
 import faiss
 import numpy as np
 
-from tasks.embed import EmbeddingSet, LoadReport, read_vectors
-from tasks.index import build_faiss_index, index_path, intact_index
-from tasks.integrity import file_lock, lock_for, record_checksum
-from tasks.storage import atomic_write, write_json
+from tasks.stages.embed import EmbeddingSet, LoadReport, read_vectors
+from tasks.stages.index import build_faiss_index, index_path, intact_index
+from tasks.store.integrity import file_lock, lock_for, record_checksum
+from tasks.store.files import atomic_write, write_json
 
 KINDS = ("flat", "ivf", "hnsw", "ivfpq")
 # Query-time parameter of each kind, as FAISS's ParameterSpace names it.
@@ -50,7 +50,7 @@ class AnnSettings:
     def file_name(self) -> str:
         if self.kind == "flat":
             return "flat.faiss"
-        if self.kind == "ivf":  # the name tasks.index.IndexSettings uses: one file for both
+        if self.kind == "ivf":  # the name tasks.stages.index.IndexSettings uses: one file for both
             return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
         if self.kind == "hnsw":
             return f"hnsw_M-{self.M}_efc-{self.ef_construction}.faiss"
@@ -142,5 +142,5 @@ def read_index(path: str | Path) -> faiss.Index:
 
 
 def load_vectors_mapped(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, LoadReport]:
-    """The set's vectors with a report of what was decoded and copied (see tasks.embed.read_vectors)."""
+    """The set's vectors with a report of what was decoded and copied (see tasks.stages.embed.read_vectors)."""
     return read_vectors(embedding_set)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.storage import atomic_write
+from tasks.store.files import atomic_write
 
 RUN_FIELDS = "qid Q0 docno rank score tag"
 QRELS_FIELDS = "qid iter docno rel"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.storage import write_text
+from tasks.store.files import write_text
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """

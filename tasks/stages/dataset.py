@@ -693,9 +693,9 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _write_atomically(target: Path, write: Callable[[str], Any]) -> None:
-    """Write via a temp file in the same folder, fsync and os.replace (tasks.storage.atomic_write),
+    """Write via a temp file in the same folder, fsync and os.replace (tasks.store.files.atomic_write),
     so a reader never sees half a file."""
-    from tasks.storage import atomic_write
+    from tasks.store.files import atomic_write
 
     atomic_write(target, write)
 

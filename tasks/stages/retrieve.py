@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tasks.embed import EmbeddingSet, load_vectors
-from tasks.index import BuiltIndex, build_index, load_index, normalized
-from tasks.integrity import file_lock, lock_for, parquet_readable, record_checksum, recorded_checksum, verify
-from tasks.storage import stable_hash, write_parquet, write_text
+from tasks.stages.embed import EmbeddingSet, load_vectors
+from tasks.stages.index import BuiltIndex, build_index, load_index, normalized
+from tasks.store.integrity import file_lock, lock_for, parquet_readable, record_checksum, recorded_checksum, verify
+from tasks.store.files import stable_hash, write_parquet, write_text
 
 RUN_SCHEMA = {
     "query_id": pl.String,

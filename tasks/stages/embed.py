@@ -35,9 +35,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum, verify
+from tasks.store.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum, verify
 from tasks.providers import Provider, Role
-from tasks.storage import stable_hash, write_json, write_parquet
+from tasks.store.files import stable_hash, write_json, write_parquet
 
 log = logging.getLogger("retbench.embed")
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.chunk import ChunkConfig, chunk_corpus
-from tasks.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
-from tasks.integrity import ensure_writable, file_lock, lock_for, parquet_readable, record_checksum, verify
-from tasks.spec import BenchmarkSpec
-from tasks.storage import stable_hash, write_parquet
+from tasks.stages.chunk import ChunkConfig, chunk_corpus
+from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
+from tasks.store.integrity import ensure_writable, file_lock, lock_for, parquet_readable, record_checksum, verify
+from tasks.config.spec import BenchmarkSpec
+from tasks.store.files import stable_hash, write_parquet
 
 
 @dataclass(frozen=True)

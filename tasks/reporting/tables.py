@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.storage import atomic_write, write_json, write_parquet
+from tasks.store.files import atomic_write, write_json, write_parquet
 
 # Columns shown on the console, in this order, when the run has them.
 CONSOLE_MEASURES = ("ndcg@10", "recall@10", "mrr", "ndcg@5", "recall@20", "ndcg_exp@10")

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tasks.storage import file_sha256, write_text
+from tasks.store.files import file_sha256, write_text
 
 log = logging.getLogger("retbench.integrity")
 

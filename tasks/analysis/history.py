@@ -15,10 +15,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.breakdown import paired_comparison
-from tasks.embed import fingerprint_hash
-from tasks.score import SETTING
-from tasks.storage import write_parquet
+from tasks.analysis.breakdown import paired_comparison
+from tasks.stages.embed import fingerprint_hash
+from tasks.analysis.score import SETTING
+from tasks.store.files import write_parquet
 
 RUN_COLUMNS = ["run_id", "finished_at", "spec_name", "spec_hash", "dataset_hash", "git_commit"]
 

@@ -23,12 +23,12 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.ann_index import AnnSettings, BuildInfo, ensure_index, load_vectors_mapped, read_index, set_query_params
-from tasks.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
-from tasks.index import default_nlist, normalized, resolve_ivf
-from tasks.metrics import evaluate, parse_measure
-from tasks.retrieve import search_documents, trec_order
-from tasks.storage import atomic_write, stable_hash, write_json, write_parquet, write_text
+from tasks.stages.ann_index import AnnSettings, BuildInfo, ensure_index, load_vectors_mapped, read_index, set_query_params
+from tasks.stages.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
+from tasks.stages.index import default_nlist, normalized, resolve_ivf
+from tasks.analysis.metrics import evaluate, parse_measure
+from tasks.stages.retrieve import search_documents, trec_order
+from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
 
 # --- the spec -----------------------------------------------------------------------------
 

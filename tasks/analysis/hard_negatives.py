@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.chunk import document_text
-from tasks.dataset import Dataset
-from tasks.retrieve import trec_order
-from tasks.storage import write_text
+from tasks.stages.chunk import document_text
+from tasks.stages.dataset import Dataset
+from tasks.stages.retrieve import trec_order
+from tasks.store.files import write_text
 
 TRAIN_SPLIT = "dev"
 HELD_OUT_SPLIT = "test"

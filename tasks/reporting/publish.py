@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks import history
-from tasks.html_report import build_report
-from tasks.spec import BenchmarkSpec
-from tasks.storage import write_parquet
+from tasks.analysis import history
+from tasks.reporting.html import build_report
+from tasks.config.spec import BenchmarkSpec
+from tasks.store.files import write_parquet
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def regressions_markdown(published: Published) -> str:
     flagged = table.filter(pl.col("regression"))
     if flagged.is_empty():
         return f"No regression against {', '.join(sorted(set(table['against'])))} run(s)."
-    from tasks.html_report import md_table
+    from tasks.reporting.html import md_table
 
     return f"**{flagged.height} regression(s)**\n\n" + md_table(
         flagged.select("against", "provider", "index", "nprobe", "measure", "reference", "current", "diff", "ci_low", "ci_high"))

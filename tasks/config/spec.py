@@ -12,10 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.cost import PricingSpec
-from tasks.latency import LatencySpec
-from tasks.storage import stable_hash
-from tasks.sweep import SweepSpec
+from tasks.analysis.cost import PricingSpec
+from tasks.stages.latency import LatencySpec
+from tasks.store.files import stable_hash
+from tasks.stages.sweep import SweepSpec
 
 
 class SpecError(ValueError):
@@ -169,7 +169,7 @@ def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
         return None if p is None else (p if p.is_absolute() else (base / p)).resolve()
 
     dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path), "qrels": resolve(spec.dataset.qrels)})
-    from tasks.remote_store import is_remote
+    from tasks.store.remote import is_remote
 
     store = spec.store_dir if is_remote(spec.store_dir) else str(resolve(Path(spec.store_dir)))
     return spec.model_copy(update={

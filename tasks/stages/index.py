@@ -20,9 +20,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from tasks.embed import EmbeddingSet, load_vectors
-from tasks.integrity import faiss_dimension, file_lock, lock_for, record_checksum, verify
-from tasks.storage import atomic_write
+from tasks.stages.embed import EmbeddingSet, load_vectors
+from tasks.store.integrity import faiss_dimension, file_lock, lock_for, record_checksum, verify
+from tasks.store.files import atomic_write
 
 
 @dataclass(frozen=True)

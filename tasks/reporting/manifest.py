@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from tasks.embed import full_fingerprint
+from tasks.stages.embed import full_fingerprint
 from tasks.providers import create_provider
 
 PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "torch",

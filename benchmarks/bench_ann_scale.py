@@ -14,9 +14,9 @@ read from the Parquet embedding cache, with peak memory and the retrieval stage'
 3. Side by side on the same arrays, alternating, best of 3: `index.search(queries, depth)` against
    tasks.stages.retrieve.search_documents (MaxP), with integer document codes (as the sweep calls it) and
    with the string document ids tasks.stages.retrieve.retrieve passes; target <= 1.10x.
-Step 2 also times tasks.stages.ann_index.load_vectors_mapped alone and reports what it decoded and copied.
+Step 2 also times tasks.stages.embed.read_vectors alone and reports what it decoded and copied.
 With --compare-loader N, two more children load an N-vector set with tasks.stages.embed.load_vectors and
-with tasks.stages.ann_index.load_vectors_mapped and report each one's peak RSS.
+with tasks.stages.embed.read_vectors and report each one's peak RSS.
 The machine is shared and noisy: compare ratios, not absolute seconds.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ def generate(args) -> None:
 
 
 def load_in_child(args) -> None:
-    from tasks.stages.ann_index import load_vectors_mapped
+    from tasks.stages.embed import read_vectors as load_vectors_mapped
     from tasks.stages.embed import EmbeddingSet, load_vectors
 
     doc_set = EmbeddingSet(**json.loads(Path(args.loader_set).read_text()))
@@ -159,9 +159,8 @@ def main() -> None:
     import numpy as np
     import polars as pl
 
-    from tasks.stages.ann_index import load_vectors_mapped
+    from tasks.stages.embed import read_vectors as load_vectors_mapped
     from tasks.stages.embed import EmbeddingSet
-    from tasks.stages.index import normalized
     from tasks.stages.retrieve import document_run, search_documents
     from tasks.stages.sweep import SweepSpec, run_sweep
 
@@ -188,11 +187,11 @@ def main() -> None:
                        progress=lambda m: print("  " + m, flush=True))
     sweep_seconds = time.perf_counter() - started
     sweep_peak = peak_bytes()
-    print(f"\nsweep: {sweep_seconds:.1f}s wall; stages {result.stage_seconds}")
+    print(f"\nsweep: {sweep_seconds:.1f}s wall; stages {result.timings}")
     print(f"loader: {result.load_report}")
     print(f"peak RSS during the sweep (VmHWM): {sweep_peak / GiB:.2f} GiB = {sweep_peak / raw:.2f}x the raw vector bytes (target <= 3)")
     print(f"recommendation: {result.recommendation}")
-    table = pl.read_parquet(result.table_path)
+    table = pl.read_parquet(result.path)
     with pl.Config(tbl_rows=50, tbl_cols=20, tbl_width_chars=200, float_precision=4):
         print(table.select("index_kind", "build_params", "query_params", "neighbour_recall@10", "delta_recall@10", "delta_mrr",
                            "delta_ndcg@10", "delta_ndcg@10_ci_low", "delta_ndcg@10_ci_high", "build_seconds", "train_seconds",
@@ -212,14 +211,14 @@ def main() -> None:
 
     # Retrieval overhead, side by side on the same arrays.
     _, query_matrix, _ = load_vectors_mapped(query_set)
-    queries = normalized(query_matrix)
-    chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"]
+    queries = query_matrix  # unit vectors from the cache
+    chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"]
     chunks = pl.read_parquet(meta["chunks_path"])
     doc_ids = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")["doc_id"]
     doc_strings = doc_ids.to_numpy()
     doc_codes = doc_ids.rank("dense").to_numpy().astype(np.int64) - 1  # as tasks.stages.retrieve.retrieve computes them
     query_ids = pl.Series(list(map(str, range(len(queries)))))
-    index_dir = store / "indexes" / doc_set.set_key[:32]
+    index_dir = store / "indexes" / doc_set.key[:32]
     print(f"\nretrieval overhead, {len(queries)} queries, depth {args.depth} documents (best of {args.repeats}, alternating):")
     overhead = {}
     for name, nprobe in [("flat.faiss", None), (f"ivf_nlist-{args.nlist}_train-{args.train}_seed-0.faiss", 16)]:
@@ -253,7 +252,7 @@ def main() -> None:
     (work / "out").mkdir(parents=True, exist_ok=True)
     (work / "out" / "bench_ann_scale.json").write_text(json.dumps({
         "n": doc_set.count, "d": doc_set.dim, "queries": query_set.count, "raw_bytes": raw,
-        "sweep_seconds": sweep_seconds, "stage_seconds": result.stage_seconds, "load_report": result.load_report,
+        "sweep_seconds": sweep_seconds, "stage_seconds": result.timings, "load_report": result.load_report,
         "sweep_peak_bytes": sweep_peak, "peak_ratio": sweep_peak / raw, "overhead": overhead,
         "recommendation": result.recommendation.to_dict() if result.recommendation else None,
     }, indent=2, default=str))

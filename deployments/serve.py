@@ -24,11 +24,12 @@ def deployments(spec: str, cron: str, timezone: str = "UTC"):
 
     spec_path = str((ROOT / spec).resolve()) if not Path(spec).is_absolute() else spec
     nightly = benchmark.to_deployment(
-        name="nightly", schedule=Cron(cron, timezone=timezone), parameters={"spec_path": spec_path},
-        description="Full re-benchmark of the spec every night.", tags=["retbench", "nightly"])
+        name="nightly", schedule=Cron(cron, timezone=timezone), parameters={"spec_path": spec_path, "remeasure": True},
+        description="Full re-benchmark of the spec every night; latency and the ANN sweep are measured again.", tags=["retbench", "nightly"])
     manual = benchmark.to_deployment(
-        name="manual", parameters={"spec_path": spec_path, "stage": "score", "providers": None, "force": False},
-        description="The benchmark with parameters: spec_path, providers, stage, force.", tags=["retbench", "manual"])
+        name="manual", parameters={"spec_path": spec_path, "stage": "score", "providers": None, "force": False,
+                                 "remeasure": False},
+        description="The benchmark with parameters: spec_path, providers, stage, force, remeasure.", tags=["retbench", "manual"])
     return nightly, manual
 
 

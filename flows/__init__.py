@@ -12,6 +12,9 @@ _DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # The pipeline's stage functions log to the standard "retbench" logger; inside a flow
+    # run Prefect picks those records up as the task run's logs.
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "retbench",
 }
 for _name, _value in _DEFAULTS.items():
     os.environ.setdefault(_name, _value)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tasks.config.spec import STAGES
+from tasks.config.stages import STAGES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--provider", action="append", dest="providers", metavar="NAME",
                      help="only these providers for a partial run, and the ones --force applies to (repeatable)")
     run.add_argument("--force", action="store_true", help="recompute --stage even when its output is in the store")
+    run.add_argument("--remeasure", action="store_true",
+                     help="measure the latency profile and the ANN sweep again (default: reuse this machine's figures)")
     run.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
                      help="run the providers' stages in parallel on Dask: a local cluster, or the scheduler at ADDRESS")
     run.set_defaults(func=_run)
@@ -59,6 +61,7 @@ def _run(args) -> int:
             stage=args.stage,
             providers=args.providers,
             force=args.force,
+            remeasure=args.remeasure,
         )
     except (SpecError, DatasetError, StoreError) as error:
         print(f"retbench: {error}", file=sys.stderr)

@@ -6,10 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import polars as pl
-
-from tasks.analysis.metrics import evaluate, parse_measure
-from tasks.analysis.trec import read_qrels, read_run
 
 DEFAULT_MEASURES = ["ndcg@10", "recall@10", "mrr", "map"]
 SUMMARY_ID = "all"  # trec_eval's name for the row of means
@@ -41,8 +37,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _results(args: argparse.Namespace) -> pl.DataFrame:
+def _results(args: argparse.Namespace):
     """Long table query_id, measure, value: per-query rows (if asked) then the 'all' rows."""
+    # Imported here, not at the top: `retbench --help` must not pay for numpy and polars.
+    import polars as pl
+
+    from tasks.analysis.metrics import evaluate, parse_measure
+    from tasks.analysis.trec import read_qrels, read_run
+
     measures = [str(parse_measure(m)) for m in (args.measures or DEFAULT_MEASURES)]
     ev = evaluate(read_run(args.run), read_qrels(args.qrels), measures,
                   relevance_level=args.relevance_level, complete=args.complete)
@@ -65,12 +67,12 @@ def _results(args: argparse.Namespace) -> pl.DataFrame:
     return pl.concat([per_query, means])
 
 
-def _table(results: pl.DataFrame) -> str:
+def _table(results) -> str:
     width = max(len("measure"), *(len(m) for m in results["measure"]))
     return "".join(f"{m:<{width}}\t{q}\t{v:.4f}\n" for q, m, v in results.iter_rows())
 
 
-def _json(results: pl.DataFrame) -> str:
+def _json(results) -> str:
     nested: dict[str, dict[str, float]] = {}
     for q, m, v in results.iter_rows():
         nested.setdefault(q, {})[m] = v

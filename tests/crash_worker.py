@@ -1,12 +1,12 @@
-"""The benchmark's stage functions run directly (no Prefect) over the sample data with two
-`hashing` providers: the subject of the crash, concurrency and integrity tests.
+"""The shipped pipeline (tasks.pipeline.run_pipeline, without Prefect) over the sample data with
+two `hashing` providers: the subject of the crash, concurrency and integrity tests.
 
 As a script it prints `STAGE <name>` (flushed) as each stage starts, so a test can kill it
 at a chosen moment, and `DONE <json>` at the end with what each embed call embedded:
 
     python tests/crash_worker.py STORE OUT [--data DIR] [--batch-delay SECONDS]
 
-`run()` is the same pipeline in-process (the tests' reruns and reference runs use it).
+`run()` is the same call in-process (the tests' reruns and reference runs use it).
 """
 from __future__ import annotations
 
@@ -35,23 +35,23 @@ k: [5, 10]
 depth: 20
 output_dir: "{out}"
 store_dir: "{store}"
+history: {{enabled: false}}
+statistics: {{resamples: 50, permutations: 50}}
 """
 TABLES = ("summary", "per_query", "runs")
 
 
-class SlowProvider:
-    """The hashing provider with a pause per batch, so a kill can land mid-embed.
-    Same kind and fingerprint, hence the same cache folder and keys as the plain provider."""
+def slow_hashing(delay: float):
+    """Providers whose batches pause `delay` seconds, so a kill can land mid-embed; same kind
+    and fingerprint as the plain provider, hence the same cache folder and keys."""
+    from tasks.providers.hashing import HashingProvider
 
-    def __init__(self, inner, delay: float):
-        self.inner, self.delay, self.kind = inner, delay, inner.kind
+    class SlowHashing(HashingProvider):
+        def encode(self, texts, role):
+            time.sleep(delay)
+            return super().encode(texts, role)
 
-    def fingerprint(self) -> dict:
-        return self.inner.fingerprint()
-
-    def encode(self, texts, role):
-        time.sleep(self.delay)
-        return self.inner.encode(texts, role)
+    return lambda provider: SlowHashing(**provider.options)
 
 
 def write_spec(folder: Path, store: Path, out: Path, data: Path = SAMPLE) -> Path:
@@ -67,60 +67,14 @@ def write_spec(folder: Path, store: Path, out: Path, data: Path = SAMPLE) -> Pat
 
 def run(store: Path, out: Path, data: Path = SAMPLE, batch_delay: float = 0.0,
         announce: Callable[[str], None] = lambda stage: None, spec_dir: Path | None = None) -> dict:
-    """The pipeline up to the score tables; returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
-    import polars as pl
-
-    from tasks.stages import index as index_mod, retrieve as retrieve_mod
-
-    from tasks.analysis import score as score_mod
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.embed import embed_texts
-    from tasks.providers import create_provider
+    """The shipped pipeline up to the report; returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
     from tasks.config.spec import load_spec
-    from tasks.stages.prepare import chunk_dataset, prepare_dataset
-    from tasks.store.files import write_parquet
+    from tasks.pipeline import Runner, default_provider, run_pipeline
 
     spec = load_spec(write_spec(spec_dir or Path(out) / ".spec", Path(store), Path(out), Path(data)))
-    announce("load-dataset")
-    dataset = prepare_dataset(spec)
-    announce("chunk")
-    chunks = chunk_dataset(dataset, spec)
-    announce("embed")
-    embedded, sets = {}, {}
-    texts = {
-        "document": pl.read_parquet(chunks.path, columns=["chunk_id", "text"]),
-        "query": pl.read_parquet(dataset.queries_path, columns=["query_id", "text"]),
-    }
-    for provider in spec.providers:
-        model = create_provider(provider.kind, provider.options)
-        if batch_delay:
-            model = SlowProvider(model, batch_delay)
-        for role, frame in texts.items():
-            result = embed_texts(model, provider.name, frame[frame.columns[0]].to_list(), frame["text"].to_list(),
-                                 role, Path(spec.store_dir), batch_size=provider.batch_size)
-            embedded[f"{provider.name}/{role}"] = result.embedded
-            sets[provider.name, role] = result
-    announce("index")
-    built = []
-    for provider in spec.providers:
-        doc_set = sets[provider.name, "document"]
-        ivf = spec.indexes.ivf
-        for settings in (index_mod.IndexSettings("flat"), index_mod.resolve_ivf(doc_set.count, ivf.nlist, ivf.train_size, ivf.seed)):
-            built.append(index_mod.build_index(doc_set, settings, Path(spec.store_dir)))
-    announce("retrieve")
-    runs = []
-    for index in built:
-        probes = [None] if index.settings.kind == "flat" else sorted({min(p, index.settings.nlist) for p in spec.indexes.ivf.nprobe})
-        for nprobe in probes:
-            runs.append(retrieve_mod.retrieve(index, sets[index.provider, "document"], sets[index.provider, "query"],
-                                              chunks.path, spec.depth, nprobe, Path(spec.store_dir)))
-    announce("score")
-    saved = load_saved_dataset(dataset.path)
-    run_table = pl.concat([pl.read_parquet(r.path) for r in runs])
-    per_query = score_mod.score_runs(run_table, saved.qrels, saved.queries, score_mod.default_measures(spec.k))
-    tables = {"summary": score_mod.summarize(per_query), "per_query": per_query, "runs": run_table}
-    paths = {name: str(write_parquet(table, Path(out) / f"{name}.parquet")) for name, table in tables.items()}
-    return {"embedded": embedded, "tables": paths}
+    make_provider = slow_hashing(batch_delay) if batch_delay else default_provider
+    result = run_pipeline(spec, runner=Runner(announce), make_provider=make_provider)
+    return {"embedded": result.embedded(), "tables": {name: result.tables[name] for name in TABLES}}
 
 
 def needed_keys(store: Path, out: Path, data: Path = SAMPLE) -> dict[str, set[str]]:

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, full_fingerprint, load_vectors, shard_paths
-from tasks.providers import create_provider
+from tasks.providers import Provider, create_provider
 
 
 def test_cache_key_changes_with_role_text_and_fingerprint():
@@ -39,7 +39,7 @@ def test_second_run_embeds_nothing_and_edit_reembeds_only_changed(tmp_path):
 
     second = embed_texts(provider, "h", ids, texts, "document", tmp_path, batch_size=3)
     assert (second.embedded, second.from_cache) == (0, 10)
-    assert second.set_key == first.set_key
+    assert second.key == first.key
 
     texts[4] = "an edited document about billing"
     third = embed_texts(provider, "h", ids, texts, "document", tmp_path, batch_size=3)
@@ -75,7 +75,7 @@ def test_cache_shards_store_float32_fixed_size_lists_with_zstd(tmp_path):
 
 
 def test_crash_mid_run_keeps_finished_batches(tmp_path):
-    class FailsOnThirdBatch:
+    class FailsOnThirdBatch(Provider):
         kind = "hashing"
 
         def __init__(self):
@@ -100,7 +100,7 @@ def test_crash_mid_run_keeps_finished_batches(tmp_path):
 
 
 def test_provider_returning_nan_is_refused(tmp_path):
-    class NaNProvider:
+    class NaNProvider(Provider):
         kind = "nan"
 
         def fingerprint(self):

@@ -25,9 +25,9 @@ def test_index_files_named_by_parameters_and_reused(tmp_path):
     docs = embed_texts(provider, "h", [str(i) for i in range(200)], texts, "document", tmp_path)
     settings = resolve_ivf(docs.count, 4, 100, 0)
     first = build_index(docs, settings, tmp_path)
-    assert first.built and first.path.endswith("ivf_nlist-4_train-100_seed-0.faiss")
+    assert first.computed and first.path.endswith("ivf_nlist-4_train-100_seed-0.faiss")
     again = build_index(docs, settings, tmp_path)
-    assert not again.built and again.path == first.path
+    assert not again.computed and again.path == first.path
     flat = build_index(docs, IndexSettings("flat"), tmp_path)
     assert flat.path.endswith("flat.faiss")
     index = load_index(flat.path, expected_dim=32)

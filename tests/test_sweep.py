@@ -6,12 +6,12 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from tasks.stages.ann_index import AnnSettings, load_vectors_mapped
+from tasks.stages.embed import read_vectors
 from tasks.stages.embed import embed_texts, load_vectors
 from tasks.stages.index import IndexSettings
 from tasks.providers import create_provider
 from tasks.stages.sweep import (
-    SweepSpec, SyntheticDataset, bootstrap_ci, default_pq_nbits, bootstrap_rows, neighbour_recall, recommend, resolve_grid,
+    SweepSpec, SyntheticDataset, bootstrap_ci, default_pq_nbits, neighbour_recall, recommend, resolve_grid,
     run_sweep, write_sweep_tables,
 )
 
@@ -33,14 +33,14 @@ def sweep(tmp_path_factory):
         data = SyntheticDataset(d=16, nb=1500, nq=40, clusters=12, chunks_per_doc=2, seed=3)
         doc_set, query_set, chunks_path, qrels = data.write(root / "store")
         first = run_sweep(doc_set, query_set, chunks_path, qrels, SPEC, root / "store", root / "out")
-        index_dir = root / "store" / "indexes" / doc_set.set_key[:32]
+        index_dir = root / "store" / "indexes" / doc_set.key[:32]
         mtimes = {p.name: p.stat().st_mtime_ns for p in index_dir.glob("*.faiss")}
         second = run_sweep(doc_set, query_set, chunks_path, qrels, SPEC, root / "store", root / "out2")
         after = {p.name: p.stat().st_mtime_ns for p in index_dir.glob("*.faiss")}
     finally:
         faiss.omp_set_num_threads(threads)
     return {"first": first, "second": second, "mtimes": (mtimes, after), "root": root,
-            "table": pl.read_parquet(first.table_path), "lost": pl.read_parquet(first.lost_path)}
+            "table": pl.read_parquet(first.path), "lost": pl.read_parquet(first.lost_path)}
 
 
 def _rows(table, kind, **query):
@@ -102,7 +102,7 @@ def test_second_sweep_builds_nothing(sweep):
                               "ivfpq_nlist-16_m-4_nbits-4_train-1500_seed-0.faiss"]
     assert before == after
     # Build timings survive the reuse (read from the sidecar).
-    table = pl.read_parquet(second.table_path)
+    table = pl.read_parquet(second.path)
     assert table.filter(~pl.col("built"))["build_seconds"].null_count() == 0
 
 
@@ -166,12 +166,13 @@ def test_recommendation_on_ci_low_is_stricter():
 
 
 def test_bootstrap_interval_is_paired_and_seeded():
-    rows = bootstrap_rows(50, 1000, seed=0)
-    assert bootstrap_ci(np.zeros(50), rows) == (0.0, 0.0)
+    assert bootstrap_ci(np.zeros(50), 1000, seed=0) == (0.0, 0.0)
     diffs = np.random.default_rng(1).normal(-0.1, 0.05, 50)
-    low, high = bootstrap_ci(diffs, rows)
+    low, high = bootstrap_ci(diffs, 1000, seed=0)
     assert low < diffs.mean() < high < 0
-    assert (low, high) == bootstrap_ci(diffs, bootstrap_rows(50, 1000, seed=0))
+    # The same seed draws the same resamples for every setting: the intervals are paired.
+    assert (low, high) == bootstrap_ci(diffs, 1000, seed=0)
+    assert bootstrap_ci(diffs, 0, seed=0) != bootstrap_ci(diffs, 0, seed=0)  # no resamples: NaN, no interval
 
 
 def test_spec_defaults_follow_the_number_of_vectors():
@@ -201,10 +202,10 @@ def test_spec_refuses_bad_values():
         resolve_grid(SweepSpec(ivfpq={"m": [8]}, hnsw=None, ivf=None), 5000, 30)
 
 
-def test_ivf_file_name_is_the_main_flows():
-    assert AnnSettings("ivf", nlist=32, train_size=8192, seed=0).file_name == IndexSettings("ivf", 32, 8192, 0).file_name
-    assert AnnSettings("hnsw", M=32, ef_construction=40).file_name == "hnsw_M-32_efc-40.faiss"
-    assert AnnSettings("ivfpq", nlist=64, m=16, nbits=8, train_size=16384).file_name == \
+def test_index_file_names_are_their_build_parameters():
+    assert IndexSettings("ivf", nlist=32, train_size=8192, seed=0).file_name == "ivf_nlist-32_train-8192_seed-0.faiss"
+    assert IndexSettings("hnsw", M=32, ef_construction=40).file_name == "hnsw_M-32_efc-40.faiss"
+    assert IndexSettings("ivfpq", nlist=64, m=16, nbits=8, train_size=16384).file_name == \
         "ivfpq_nlist-64_m-16_nbits-8_train-16384_seed-0.faiss"
 
 
@@ -212,14 +213,14 @@ def test_mapped_loader_matches_load_vectors(tmp_path):
     provider = create_provider("hashing", {"dim": 16})
     texts = [f"doc {i} topic {i % 5}" for i in range(30)]
     first = embed_texts(provider, "h", [str(i) for i in range(30)], texts, "document", tmp_path, batch_size=7)
-    ids, vectors, report = load_vectors_mapped(first)
+    ids, vectors, report = read_vectors(first)
     assert report.shards == 1 and report.copied_bytes == vectors.nbytes == 30 * 16 * 4
     expected_ids, expected = load_vectors(first)
     assert ids == expected_ids and np.array_equal(vectors, expected)
     # A second call adds a shard and reorders and repeats texts: the rows are gathered from both.
     more = texts[::-1] + ["a new text", texts[3]]
     second = embed_texts(provider, "h", [f"x{i}" for i in range(len(more))], more, "document", tmp_path)
-    ids, vectors, report = load_vectors_mapped(second)
+    ids, vectors, report = read_vectors(second)
     assert report.shards == 2
     expected_ids, expected = load_vectors(second)
     assert ids == expected_ids and np.array_equal(vectors, expected)

@@ -8,12 +8,14 @@ settings scored on the same queries get comparable intervals.
 """
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import polars as pl
 
+from tasks.analysis.stats import (  # noqa: F401  (bootstrap_ci: part of this module's API)
+    bootstrap_ci, bootstrap_means, check_level, percentile_interval, randomization_p_value, seeded_rng,
+)
 from tasks.language import detect_language
 
 SETTING = ["provider", "index", "nprobe"]
@@ -50,24 +52,10 @@ COMPARISON_SCHEMA = {
     "p_value": pl.Float64,
 }
 
-# Cap on the size of one (resamples x queries) block, so memory stays flat on large query sets.
-_BLOCK = 1 << 22
-
-
 def _require(df: pl.DataFrame, columns: Sequence[str], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{what}: missing columns {missing} (found {df.columns})")
-
-
-def _check_level(level: float) -> None:
-    if not 0 < level < 1:
-        raise ValueError(f"confidence level must be between 0 and 1 (got {level})")
-
-
-def _rng(seed: int, *key: str) -> np.random.Generator:
-    """A generator that depends on the seed and a stable key, not on the order groups are visited."""
-    return np.random.default_rng([seed, *(zlib.crc32(part.encode("utf-8")) for part in key)])
 
 
 # ---------------------------------------------------------------- language pairs
@@ -115,41 +103,6 @@ def _languages(frame: pl.DataFrame, id_column: str, text_columns: list[str]) -> 
 # ---------------------------------------------------------------- bootstrap
 
 
-def bootstrap_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, measures) means of `values` (queries x measures) over queries drawn with replacement."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim == 1:
-        values = values[:, None]
-    n = values.shape[0]
-    if n == 0:
-        raise ValueError("cannot bootstrap an empty sample")
-    out = np.empty((resamples, values.shape[1]))
-    step = max(1, _BLOCK // n)
-    for start in range(0, resamples, step):
-        b = min(step, resamples - start)
-        rows = rng.integers(0, n, size=(b, n))
-        # How often each query is drawn, per resample: the mean is then one matrix product.
-        counts = np.bincount((rows + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
-        out[start:start + b] = counts @ values / n
-    return out
-
-
-def bootstrap_ci(values: np.ndarray, resamples: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval of the mean of each column (a 1-D input is one column)."""
-    _check_level(level)
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1 (got {resamples})")
-    means = bootstrap_means(values, resamples, np.random.default_rng(seed))
-    return _percentiles(means, level)
-
-
-def _percentiles(means: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    alpha = (1 - level) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha], axis=0)
-    return low, high
-
-
 def _matrix(group: pl.DataFrame, measures: list[str]) -> tuple[list[str], np.ndarray]:
     """Query ids (sorted) and a (queries x measures) array; a query missing a measure is an error."""
     wide = group.pivot(on="measure", index="query_id", values="value").sort("query_id")
@@ -175,7 +128,7 @@ def breakdown_table(per_query: pl.DataFrame, queries: pl.DataFrame, qrels: pl.Da
     measure, mean, ci_low, ci_high, n. Categories and splits come from `queries`; queries absent
     from it fall into "unknown".
     """
-    _check_level(level)
+    check_level(level)
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1 (got {resamples})")
     _require(per_query, [*SETTING, "query_id", "measure", "value"], "per_query")
@@ -195,8 +148,8 @@ def breakdown_table(per_query: pl.DataFrame, queries: pl.DataFrame, qrels: pl.Da
         for (slice_value,), part in scored.group_by(kind, maintain_order=True):
             for setting, group in _settings(part):
                 _, values = _matrix(group, measures)
-                rng = _rng(seed, kind, str(slice_value))
-                low, high = _percentiles(bootstrap_means(values, resamples, rng), level)
+                rng = seeded_rng(seed, kind, str(slice_value))
+                low, high = percentile_interval(bootstrap_means(values, resamples, rng), level)
                 mean = values.mean(axis=0)
                 for j, measure in enumerate(measures):
                     rows.append((*setting, kind, str(slice_value), measure, float(mean[j]),
@@ -214,30 +167,6 @@ def _settings(frame: pl.DataFrame) -> Iterator[tuple[tuple, pl.DataFrame]]:
 # ---------------------------------------------------------------- paired comparisons
 
 
-def randomization_p_value(diffs: np.ndarray, permutations: int, rng: np.random.Generator) -> np.ndarray:
-    """Two-sided paired randomization test of mean difference 0, per column of `diffs` (queries x measures).
-
-    Under the null each query's difference is as likely to have either sign; p is the share of
-    sign-flipped means at least as far from 0 as the observed one, counting the observed one
-    ((hits + 1) / (permutations + 1)), so it is never 0.
-    """
-    diffs = np.asarray(diffs, dtype=np.float64)
-    if diffs.ndim == 1:
-        diffs = diffs[:, None]
-    n = diffs.shape[0]
-    observed = np.abs(diffs.mean(axis=0))
-    # Float sums of the same numbers in another order differ in the last bits; such a tie is a tie.
-    tolerance = 1e-9 * np.maximum(np.abs(diffs).mean(axis=0), 1e-300)
-    hits = np.zeros(diffs.shape[1], dtype=np.int64)
-    step = max(1, _BLOCK // max(n, 1))
-    for start in range(0, permutations, step):
-        b = min(step, permutations - start)
-        signs = rng.integers(0, 2, size=(b, n), dtype=np.int8) * 2 - 1
-        flipped = np.abs(signs @ diffs) / n
-        hits += (flipped >= observed - tolerance).sum(axis=0)
-    return (hits + 1) / (permutations + 1)
-
-
 def paired_comparison(per_query: pl.DataFrame, a: tuple, b: tuple, resamples: int = 1000,
                       permutations: int = 10000, seed: int = 0, level: float = 0.95) -> pl.DataFrame:
     """Setting a vs setting b ((provider, index, nprobe) each) on the queries both scored, per measure.
@@ -245,7 +174,7 @@ def paired_comparison(per_query: pl.DataFrame, a: tuple, b: tuple, resamples: in
     diff = mean_a - mean_b; its CI is a paired bootstrap (queries resampled, both settings
     together) and p_value a paired sign-flip randomization test.
     """
-    _check_level(level)
+    check_level(level)
     if resamples < 1 or permutations < 1:
         raise ValueError(f"resamples and permutations must be >= 1 (got {resamples}, {permutations})")
     _require(per_query, [*SETTING, "query_id", "measure", "value"], "per_query")
@@ -259,8 +188,8 @@ def paired_comparison(per_query: pl.DataFrame, a: tuple, b: tuple, resamples: in
     values_b = values_b[_positions(ids_b, common)]
     diffs = values_a - values_b
     key = "|".join(map(str, (*a, *b)))
-    low, high = _percentiles(bootstrap_means(diffs, resamples, _rng(seed, "bootstrap", key)), level)
-    p = randomization_p_value(diffs, permutations, _rng(seed, "randomization", key))
+    low, high = percentile_interval(bootstrap_means(diffs, resamples, seeded_rng(seed, "bootstrap", key)), level)
+    p = randomization_p_value(diffs, permutations, seeded_rng(seed, "randomization", key))
     mean_a, mean_b = values_a.mean(axis=0), values_b.mean(axis=0)
     rows = [(*a, *b, m, len(common), float(mean_a[j]), float(mean_b[j]), float(mean_a[j] - mean_b[j]),
              float(low[j]), float(high[j]), float(p[j])) for j, m in enumerate(measures)]

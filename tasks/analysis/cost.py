@@ -2,25 +2,15 @@
 (raw vector bytes, index bytes on disk). Plain functions returning polars tables."""
 from __future__ import annotations
 
-from datetime import date
 from pathlib import Path
 from typing import Sequence
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.config.measurement import PricingSpec  # noqa: F401  (re-exported)
 
 TOKEN_SOURCES = ("usage", "tokenizer", "estimate")  # most reliable first
 FLOAT32_BYTES = 4
-
-
-class PricingSpec(BaseModel):
-    """A provider's price, with the day it was read (prices change; the table says which one it used)."""
-
-    model_config = ConfigDict(extra="forbid")
-    usd_per_million_tokens: float = Field(ge=0)
-    price_date: date
-    projected_documents: int = Field(1_000_000, ge=1, description="corpus size for the projected cost")
-    source: str | None = Field(None, description="where the price was read, e.g. the pricing page URL")
 
 
 COST_SCHEMA = {

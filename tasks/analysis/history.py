@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from tasks.analysis.breakdown import paired_comparison
-from tasks.stages.embed import fingerprint_hash
+from tasks.store.files import stable_hash as fingerprint_hash  # the embedding cache hashes fingerprints so
 from tasks.analysis.score import SETTING
 from tasks.store.files import write_parquet
 

@@ -12,10 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.analysis.cost import PricingSpec
-from tasks.stages.latency import LatencySpec
+from tasks.config.measurement import LatencySpec, PricingSpec
+from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
+from tasks.config.sweep import SweepSpec
 from tasks.store.files import stable_hash
-from tasks.stages.sweep import SweepSpec
 
 
 class SpecError(ValueError):
@@ -82,6 +82,16 @@ class IndexesSpec(_Strict):
         return self
 
 
+class StatisticsSpec(_Strict):
+    """How the score stage computes intervals, paired tests and the failure log."""
+
+    resamples: int = Field(1000, ge=1, description="bootstrap resamples over queries for every 95% interval")
+    permutations: int = Field(10000, ge=1, description="sign flips of the paired randomization test")
+    seed: int = 0
+    confidence: float = Field(0.95, gt=0, lt=1)
+    failure_threshold: float = Field(0.5, ge=0, le=1, description="a query scoring below this (nDCG@10, or the largest k under 10) is a failure")
+
+
 class HistorySpec(_Strict):
     enabled: bool = True
     baseline_run: str | None = Field(None, description="a run id to compare every run with, besides the previous run")
@@ -101,6 +111,7 @@ class BenchmarkSpec(_Strict):
     store_dir: str = Field(".store", description="a local folder, or an object-store URI such as s3://bucket/prefix")
     store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
+    statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
     sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
 
@@ -150,18 +161,50 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
+    problems = provider_option_errors(spec)
+    if problems:
+        raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
+
+
+def provider_option_errors(spec: BenchmarkSpec) -> list[str]:
+    """`providers[i].options` checked against the option model each provider kind declares,
+    so a typo is refused at load rather than in the embed stage."""
+    from tasks.providers import options_model
+
+    problems = []
+    for i, provider in enumerate(spec.providers):
+        model = options_model(provider.kind)
+        try:
+            model.model_validate(provider.options)
+        except ValidationError as error:
+            expected = ", ".join(model.model_fields)
+            for item in error.errors():
+                where = _path(("providers", i, "options", *item["loc"]))
+                if item["type"] == "extra_forbidden":
+                    problems.append(f"{where}: unknown key (expected: {expected})")
+                else:
+                    problems.append(f"{where}: {item['msg']}")
+    return problems
 
 
 def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        where = _path(item["loc"]) or "(top level)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
+
+
+def _path(loc) -> str:
+    """A pydantic location as a key path: providers[0].options.dim."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
@@ -187,8 +230,6 @@ def slug(text: str) -> str:
     return _SLUG.sub("-", text.lower()).strip("-")
 
 
-# The pipeline's stages in order; `retbench run --stage S` runs up to S.
-STAGES = ("load-dataset", "chunk", "embed", "index", "retrieve", "score")
 
 
 def select_providers(spec: BenchmarkSpec, names: list[str] | None) -> list[ProviderSpec]:

@@ -1,23 +1,25 @@
 """Embedding providers: one small file each, found by `kind` in a registry.
 
-A provider only turns texts into vectors. Batching, normalisation, caching and
-progress live once, in tasks/embed.py.
+A provider only turns texts into vectors (protocol and defaults: tasks/providers/base.py).
+Batching, normalisation, caching and progress live once, in tasks/stages/embed.py.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+
+from pydantic import BaseModel
 
 from tasks.providers.base import Provider, Role
 
-_REGISTRY: dict[str, Callable[..., Provider]] = {}
+_REGISTRY: dict[str, type[Provider]] = {}
 
 
 def register(kind: str):
-    def decorator(factory: Callable[..., Provider]):
+    def decorator(cls: type[Provider]):
         if kind in _REGISTRY:
             raise ValueError(f"provider kind {kind!r} is registered twice")
-        _REGISTRY[kind] = factory
-        return factory
+        _REGISTRY[kind] = cls
+        return cls
 
     return decorator
 
@@ -27,12 +29,21 @@ def known_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create_provider(kind: str, options: dict[str, Any] | None = None) -> Provider:
-    """Build the provider `kind` from its options (validated by the provider itself)."""
+def provider_class(kind: str) -> type[Provider]:
     _load_builtin()
     if kind not in _REGISTRY:
         raise ValueError(f"unknown provider kind {kind!r} (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[kind](**(options or {}))
+    return _REGISTRY[kind]
+
+
+def options_model(kind: str) -> type[BaseModel]:
+    """The pydantic model of a kind's `options` (the spec validates against it at load)."""
+    return provider_class(kind).Options
+
+
+def create_provider(kind: str, options: dict[str, Any] | None = None) -> Provider:
+    """Build the provider `kind` from its options."""
+    return provider_class(kind)(**(options or {}))
 
 
 def _load_builtin() -> None:
@@ -41,4 +52,4 @@ def _load_builtin() -> None:
     from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 
-__all__ = ["Provider", "Role", "register", "create_provider", "known_kinds"]
+__all__ = ["Provider", "Role", "register", "create_provider", "known_kinds", "options_model", "provider_class"]

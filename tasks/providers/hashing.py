@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
+from tasks.providers.base import Provider
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -24,11 +25,9 @@ class HashingOptions(BaseModel):
     lowercase: bool = True
 
 
-class HashingProvider:
+class HashingProvider(Provider):
     kind = "hashing"
-
-    def __init__(self, **options):
-        self.options = HashingOptions(**options)
+    Options = HashingOptions
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind, "version": 1, **self.options.model_dump(mode="json")}

@@ -17,7 +17,6 @@ import queue
 import random
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
 
@@ -25,7 +24,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from tasks.providers.base import Role
+from tasks.providers.base import BatchResult, Provider, Role, estimate_tokens
 from tasks.providers.secrets import redact, resolve_secret
 
 log = logging.getLogger("retbench.http")
@@ -59,15 +58,6 @@ class _Retryable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    vectors: np.ndarray
-    tokens: int
-    token_source: str  # usage | tokenizer | estimate
-    seconds: float  # the successful call's own latency (retries excluded)
-    attempts: int
 
 
 class HttpOptions(BaseModel):
@@ -119,10 +109,11 @@ class _Run:
         self.dim: int | None = None
 
 
-class HttpProvider:
+class HttpProvider(Provider):
     """Base of the HTTP providers; subclasses set kind, Options, endpoint and the two hooks."""
 
     kind = "http"
+    concurrent = True
     Options: type[HttpOptions] = HttpOptions
     endpoint = "/embeddings"
     key_required = False
@@ -484,11 +475,6 @@ class HttpProvider:
                 return self.reported_version(client)
             except httpx.HTTPError as error:
                 raise HttpProviderError(f"{self.host}: could not read the model version ({type(error).__name__})") from None
-
-
-def estimate_tokens(text: str) -> int:
-    """ceil(chars / 4): the usual rule of thumb for English with BPE tokenizers."""
-    return max(1, math.ceil(len(text) / 4))
 
 
 def decode_embedding(value: Any) -> np.ndarray:

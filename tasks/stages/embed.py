@@ -8,8 +8,8 @@ Layout under the store root:
 
 A provider whose fingerprint changes gets a new folder, so only its rows are
 recomputed. Each batch is written as its own shard the moment it is embedded
-(providers with `encode_batches` run several at once and hand them over as they
-complete), so a crash loses at most the batches in flight; the shards of one call
+(the provider plans its own calls and hands results over as they complete; HTTP
+providers run several at once), so a crash loses at most the batches in flight; the shards of one call
 are merged at the end, also after a failure, to keep the folder small.
 
 Integrity: each shard has a `<shard>.sha256` sidecar; "check the cache, embed what is
@@ -35,9 +35,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.store.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum, verify
 from tasks.providers import Provider, Role
-from tasks.store.files import stable_hash, write_json, write_parquet
+from tasks.stages.vectors import l2_normalized
+from tasks.store.build import StageResult, build_once, write_checked
+from tasks.store.files import stable_hash, write_json
+from tasks.store.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum
 
 log = logging.getLogger("retbench.embed")
 
@@ -45,15 +47,16 @@ log = logging.getLogger("retbench.embed")
 PIPELINE_FINGERPRINT = {"normalize": "l2", "dtype": "float32"}
 
 
-@dataclass(frozen=True)
-class EmbeddingSet:
-    """Small, picklable handle to the vectors of an ordered list of texts."""
+@dataclass(frozen=True, kw_only=True)
+class EmbeddingSet(StageResult):
+    """Small, picklable handle to the vectors of an ordered list of texts.
+
+    `path` is the set file (id, key in order), `key` its content key; the vectors live in
+    the provider's cache folder `cache_dir`. `computed`: this call embedded something."""
 
     provider: str
     role: str
     cache_dir: str
-    set_path: str
-    set_key: str
     count: int
     dim: int
     embedded: int  # distinct texts embedded by this call
@@ -137,27 +140,31 @@ def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, se
     cached = set() if force else live
     missing: dict[str, str] = {}
     cached_texts: list[str] = []
+    cached_keys_in_order: list[str] = []
     for key, text in zip(keys, texts):
         if key in cached:
             cached_texts.append(text)
+            cached_keys_in_order.append(key)
         elif key not in missing:
             missing[key] = text
     known_dim = cache_dim(directory) if shard_paths(directory) else None
     dim, tokens, token_source = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, known_dim)
     if dim is None:
         dim = cache_dim(directory)
-    cached_tokens, cached_source = count_tokens(provider, cached_texts, role) if cached_texts else (0, "none")
+    cached_tokens, cached_source = _cached_tokens(provider, cached_texts, cached_keys_in_order, live, role)
     from_cache = len(cached_texts)
 
-    if not verify(set_path, store, parquet_readable):
-        write_parquet(pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())}), set_path)
-        record_checksum(set_path)
+    set_table = pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())})
+    # The folder lock held by the caller covers the set file too.
+    build_once(store, set_path, lambda tmp: pq.write_table(set_table, tmp, compression="zstd"),
+               parse=parquet_readable, lock=False)
     return EmbeddingSet(
         provider=provider_name,
         role=role,
         cache_dir=str(directory),
-        set_path=str(set_path),
-        set_key=set_key,
+        path=str(set_path),
+        key=set_key,
+        computed=bool(missing),
         count=len(keys),
         dim=dim,
         embedded=len(missing),
@@ -171,12 +178,24 @@ def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, se
     )
 
 
+def _cached_tokens(provider, texts, keys, live: dict, role) -> tuple[int, str]:
+    """Tokens the cache spared this call: stored with the rows when they were embedded, so a
+    fully cached run loads no tokenizer; rows from before that are counted now."""
+    if not texts:
+        return 0, "none"
+    stored = [live.get(key) for key in keys]
+    unknown = [text for text, count in zip(texts, stored) if count is None]
+    total = sum(count for count in stored if count is not None)
+    if not unknown:
+        return total, live.source
+    counted, source = count_tokens(provider, unknown, role)
+    return total + counted, _weakest([source, live.source]) if len(unknown) < len(texts) else source
+
+
 def _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, known_dim=None):
     """Embed `missing` ({key: text}), one shard per batch as it completes; (dim, tokens, token source)."""
     if not missing:
-        if progress:
-            progress(f"{provider_name} {role} texts: all served from cache, 0 embedded")
-        return None, 0, "none"
+        return None, 0, "none"  # the stage logs the one line "0 embedded, N served from cache"
     # Similar lengths in one batch waste less padding (sentence-transformers pads to the
     # longest text of a batch); the cache is keyed, so the order does not matter.
     items = sorted(missing.items(), key=lambda item: len(item[1]))
@@ -186,14 +205,14 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
     sources: list[str] = []
     batches = _batches(provider, role, items, batch_size)
     try:
-        for batch_keys, raw, batch_tokens, source in batches:
+        for batch_keys, raw, batch_tokens, source, row_tokens in batches:
             vectors = _checked(raw, len(batch_keys), provider_name)
             if dim is not None and vectors.shape[1] != dim:
                 raise ValueError(
                     f"provider {provider_name!r} returned dimension {vectors.shape[1]}, but {directory} holds dimension {dim}"
                 )
             dim = vectors.shape[1]
-            new_shards.append(_write_shard(directory, batch_keys, vectors))
+            new_shards.append(_write_shard(directory, batch_keys, vectors, tokens=row_tokens))
             done += len(batch_keys)
             tokens += batch_tokens
             sources.append(source)
@@ -207,33 +226,24 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
     return dim, tokens, _weakest(sources)
 
 
-def _batches(provider, role, items, batch_size):
-    """(keys, vectors, tokens, token source) per batch, in completion order.
-
-    A provider with `plan_batches` and `encode_batches` (the HTTP providers) chooses its
-    own batches (count and token budget) and runs several at once; others get
-    `batch_size` texts per `encode` call, one at a time.
-    """
+def _batches(provider: Provider, role, items, batch_size):
+    """(keys, vectors, tokens, token source) per batch, in completion order: the provider
+    plans its calls (count, token budget) and runs them (one at a time, or several)."""
     texts = [text for _, text in items]
-    if hasattr(provider, "encode_batches") and hasattr(provider, "plan_batches"):
-        plan = provider.plan_batches(texts, role, batch_size)
-        with contextlib.closing(provider.encode_batches([[texts[i] for i in batch] for batch in plan], role)) as results:
-            for index, result in results:
-                yield [items[i][0] for i in plan[index]], result.vectors, result.tokens, result.token_source
-        return
-    for start in range(0, len(items), batch_size):
-        batch = texts[start : start + batch_size]
-        vectors = provider.encode(batch, role)
-        tokens, source = count_tokens(provider, batch, role)
-        yield [key for key, _ in items[start : start + batch_size]], vectors, tokens, source
+    plan = provider.plan_batches(texts, role, batch_size)
+    with contextlib.closing(provider.encode_batches([[texts[i] for i in batch] for batch in plan], role)) as results:
+        for index, result in results:
+            batch = [texts[i] for i in plan[index]]
+            row_tokens, row_source = result.row_tokens, result.token_source
+            if row_tokens is None:  # an API's usage is per request: count each text as the provider would
+                row_tokens, row_source = provider.token_counts(batch, role)
+            yield [items[i][0] for i in plan[index]], result.vectors, result.tokens, result.token_source, (row_tokens, row_source)
 
 
-def count_tokens(provider, texts: Sequence[str], role: Role) -> tuple[int, str]:
-    """Tokens of `texts` from the provider's tokenizer when it has one, else ceil(chars/4)."""
-    if hasattr(provider, "token_counts"):
-        counts, source = provider.token_counts(texts, role)
-        return int(sum(counts)), source
-    return sum(max(1, -(-len(text) // 4)) for text in texts), "estimate"
+def count_tokens(provider: Provider, texts: Sequence[str], role: Role) -> tuple[int, str]:
+    """Tokens of `texts` as the provider counts them (its tokenizer, or an estimate)."""
+    counts, source = provider.token_counts(texts, role)
+    return int(sum(counts)), source
 
 
 def _weakest(sources: list[str]) -> str:
@@ -249,25 +259,28 @@ def _checked(vectors, expected_rows: int, provider_name: str) -> np.ndarray:
         raise ValueError(f"provider {provider_name!r} returned shape {vectors.shape}, expected ({expected_rows}, dim)")
     if not np.isfinite(vectors).all():
         raise ValueError(f"provider {provider_name!r} returned non-finite values (NaN or inf)")
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    # An all-zero vector (e.g. a text with no hashable features) stays zero rather than NaN.
-    return np.ascontiguousarray(vectors / np.where(norms == 0, 1.0, norms), dtype=np.float32)
+    return l2_normalized(vectors)
 
 
-def _vector_table(keys: list[str], vectors: np.ndarray) -> pa.Table:
+def _vector_table(keys: list[str], vectors: np.ndarray, tokens=None) -> pa.Table:
+    """Shard rows: key, vector (float32 fixed-size list) and, when known, the text's tokens
+    with where the count came from (the cost ledger reads them for cached rows)."""
     dim = vectors.shape[1]
     flat = pa.array(vectors.reshape(-1), type=pa.float32())
-    return pa.table({
-        "key": pa.array(keys, pa.string()),
-        "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
-    })
+    columns = {"key": pa.array(keys, pa.string()), "vector": pa.FixedSizeListArray.from_arrays(flat, dim)}
+    if tokens is not None:
+        counts, source = tokens
+        columns["tokens"] = pa.array(counts, pa.int32())
+        columns["token_source"] = pa.array([source] * len(keys), pa.dictionary(pa.int8(), pa.string()))
+    return pa.table(columns)
 
 
-def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray, stamp: int | None = None) -> Path:
+def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray | None, stamp: int | None = None,
+                 tokens=None, table: pa.Table | None = None) -> Path:
     name = f"shard-{stamp or time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-    path = write_parquet(_vector_table(keys, vectors), directory / name)
-    record_checksum(path)
-    return path
+    if table is None:
+        table = _vector_table(keys, vectors, tokens)
+    return write_checked(directory / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _remove_shard(path: Path) -> None:
@@ -278,8 +291,8 @@ def _remove_shard(path: Path) -> None:
 def _merge_shards(directory: Path, shards: list[Path]) -> None:
     # The merged shard is complete on disk before the small ones go, so a crash
     # here leaves duplicates, never a gap; the next call's heal_cache drops them.
-    table = pa.concat_tables([pq.read_table(path) for path in shards])
-    _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table))
+    table = pa.concat_tables([pq.read_table(path) for path in shards], promote_options="permissive")
+    _write_shard(directory, [], None, table=table)
     for path in shards:
         _remove_shard(path)
 
@@ -288,8 +301,15 @@ def cache_lock(directory: Path) -> Path:
     return Path(directory) / ".lock"
 
 
-def heal_cache(directory: Path, store: Path) -> set[str]:
-    """Make the folder hold each key once, in intact shards; returns the live keys.
+class LiveRows(dict):
+    """Live cache keys -> their stored token count (None: stored before counts were kept)."""
+
+    source = "none"  # the weakest token source among the stored counts
+
+
+def heal_cache(directory: Path, store: Path) -> LiveRows:
+    """Make the folder hold each key once, in intact shards; returns the live keys with their
+    stored token counts.
     Call with the folder's lock held.
 
     - leftover temporary files of a killed writer are deleted (writers hold the lock);
@@ -303,11 +323,13 @@ def heal_cache(directory: Path, store: Path) -> set[str]:
     directory = Path(directory)
     for stale in directory.glob(".shard-*.tmp"):
         stale.unlink(missing_ok=True)
-    seen: set[str] = set()
+    seen = LiveRows()
+    sources: set[str] = set()
     for path in shard_paths(directory)[::-1]:  # newest first
         state = checksum_ok(path)
         try:
-            shard_keys = pq.read_table(path, columns=["key"]).column("key").to_pylist() if state is not False else None
+            head = pq.read_table(path, columns=_head_columns(path)) if state is not False else None
+            shard_keys = head.column("key").to_pylist() if head is not None else None
         except Exception as error:  # a file that does not parse is damage, whatever pyarrow raises
             quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
             continue
@@ -316,22 +338,31 @@ def heal_cache(directory: Path, store: Path) -> set[str]:
             continue
         if state is None:
             record_checksum(path)
+        counts = head.column("tokens").to_pylist() if "tokens" in head.column_names else [None] * len(shard_keys)
+        if "token_source" in head.column_names:
+            sources.update(head.column("token_source").unique().to_pylist())
         live_rows = []
-        row_seen: set[str] = set()
-        for row, key in enumerate(shard_keys):
+        row_seen: dict[str, int | None] = {}
+        for row, (key, count) in enumerate(zip(shard_keys, counts)):
             if key not in seen and key not in row_seen:
                 live_rows.append(row)
-                row_seen.add(key)
+                row_seen[key] = count
         if len(live_rows) < len(shard_keys):
             dropped = len(shard_keys) - len(live_rows)
             if live_rows:
                 table = pq.read_table(path).take(pa.array(live_rows, pa.int64()))
                 stamp = int(path.name.split("-")[1])
-                _write_shard(directory, table.column("key").to_pylist(), _vectors_of(table), stamp=stamp)
+                _write_shard(directory, [], None, stamp=stamp, table=table)
             _remove_shard(path)
             log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name)
-        seen |= row_seen
+        seen.update(row_seen)
+    seen.source = _weakest([s for s in sources if s])
     return seen
+
+
+def _head_columns(path: Path) -> list[str]:
+    names = pq.read_schema(path).names
+    return ["key"] + [c for c in ("tokens", "token_source") if c in names]
 
 
 def shard_paths(directory: Path) -> list[Path]:
@@ -382,7 +413,7 @@ def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, Lo
     ~4.6x the vector bytes (levels and growing builders) and keeps ~2.6x resident; streaming
     costs one copy of the bytes and peaks at the matrix plus a few batches.
     """
-    wanted = pl.read_parquet(embedding_set.set_path, columns=["id", "key"])
+    wanted = pl.read_parquet(embedding_set.path, columns=["id", "key"])
     ids = wanted["id"].to_list()
     keys = wanted.select("key").with_row_index("position")
     del wanted
@@ -413,7 +444,7 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
     if covered < len(ids):
         missing = keys.join(served, on="key", how="anti")
         raise RuntimeError(
-            f"{missing.height} vectors of set {embedding_set.set_key[:12]} are missing from {embedding_set.cache_dir} "
+            f"{missing.height} vectors of set {embedding_set.key[:12]} are missing from {embedding_set.cache_dir} "
             f"(first id: {ids[missing['position'][0]]}); rerun the embed stage"
         )
     del keys, served
@@ -442,3 +473,31 @@ def load_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray]:
     """The set's ids and a (count, dim) float32 matrix in set order."""
     ids, matrix, _ = read_vectors(embedding_set)
     return ids, matrix
+
+
+class PrecomputedProvider(Provider):
+    """Vectors made elsewhere (synthetic benchmark data, imported embeddings), served by id:
+    `store_vectors` puts them in the cache through the same writer as any provider."""
+
+    def __init__(self, fingerprint: dict, ids: Sequence[str], vectors: np.ndarray):
+        self.kind = str(fingerprint.get("kind", "precomputed"))
+        self._fingerprint = dict(fingerprint)
+        self._row = {id_: row for row, id_ in enumerate(ids)}
+        self._vectors = vectors
+
+    def fingerprint(self) -> dict:
+        return self._fingerprint
+
+    def encode(self, texts: list[str], role: Role) -> np.ndarray:
+        return self._vectors[np.fromiter((self._row[t] for t in texts), dtype=np.int64, count=len(texts))]
+
+    def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
+        return [0] * len(texts), "none"  # nothing was sent anywhere
+
+
+def store_vectors(store: Path, provider_name: str, fingerprint: dict, role: Role, ids: Sequence[str],
+                  vectors: np.ndarray) -> EmbeddingSet:
+    """Precomputed vectors into the embedding cache, each keyed as `embed_texts` keys a text,
+    with its id standing in for the text: one shard, written under the cache's lock."""
+    provider = PrecomputedProvider(fingerprint, ids, vectors)
+    return embed_texts(provider, provider_name, list(ids), list(ids), role, Path(store), batch_size=max(1, len(ids)))

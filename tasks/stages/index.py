@@ -1,54 +1,85 @@
-"""FAISS indexes over one embedding set: exact (IndexFlatIP) and IVF (IndexIVFFlat).
+"""FAISS indexes over one embedding set: exact (flat) and approximate (IVF, HNSW, IVF-PQ).
 
-Files are named by their parameters under a folder named by the embedding set,
-`indexes/<set key>/ivf_nlist-32_train-8192_seed-0.faiss`, so a look at the folder
-tells what was built, and an index is rebuilt only when its inputs change.
-Build-time parameters (nlist, training sample) name the file; the query-time
-parameter (nprobe) does not.
+One settings type for every kind; its file name is its key: files are named by their
+build-time parameters under a folder named by the embedding set,
+`indexes/<set key>/ivf_nlist-32_train-8192_seed-0.faiss`, so a look at the folder tells what
+was built, and the flow and the ANN sweep share every file. Query-time parameters (nprobe,
+efSearch) never name a file.
 
-Each file has a `<file>.sha256` sidecar and is built under an flock on `.<file>.lock`, so two
-runs build it once; a damaged file is quarantined and rebuilt, and a file of the wrong
-dimension (copied in by hand) is refused with the fix.
+Each file is made by `tasks.store.build.build_once` (lock, checksum sidecar, quarantine of a
+damaged file) with a `<file>.json` holding its build and train seconds, so a reused index
+still reports how long it took to make. Vectors come from the cache already L2-normalised
+(tasks/stages/vectors.py), so inner product is cosine and nothing is normalised here.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import faiss
 import numpy as np
 
 from tasks.stages.embed import EmbeddingSet, load_vectors
-from tasks.store.integrity import faiss_dimension, file_lock, lock_for, record_checksum, verify
-from tasks.store.files import atomic_write
+from tasks.store.build import StageResult, build_once
+from tasks.store.integrity import faiss_dimension
+
+KINDS = ("flat", "ivf", "hnsw", "ivfpq")
+# Query-time parameter of each kind, as FAISS's ParameterSpace names it.
+QUERY_PARAMETER = {"flat": None, "ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "efSearch"}
+_BUILD_PARAMS = {
+    "flat": (),
+    "ivf": ("nlist", "train_size", "seed"),
+    "hnsw": ("M", "ef_construction"),
+    "ivfpq": ("nlist", "m", "nbits", "train_size", "seed"),
+}
 
 
 @dataclass(frozen=True)
 class IndexSettings:
-    kind: str  # "flat" | "ivf"
+    """Build-time parameters of one index; the file name is derived from them alone."""
+
+    kind: str
     nlist: int | None = None
     train_size: int | None = None
     seed: int = 0
+    M: int | None = None
+    ef_construction: int | None = None
+    m: int | None = None
+    nbits: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown index kind {self.kind!r} (known: {', '.join(KINDS)})")
 
     @property
     def file_name(self) -> str:
         if self.kind == "flat":
             return "flat.faiss"
-        return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
+        if self.kind == "ivf":
+            return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
+        if self.kind == "hnsw":
+            return f"hnsw_M-{self.M}_efc-{self.ef_construction}.faiss"
+        return f"ivfpq_nlist-{self.nlist}_m-{self.m}_nbits-{self.nbits}_train-{self.train_size}_seed-{self.seed}.faiss"
+
+    def build_params(self) -> dict[str, int]:
+        """The parameters that matter for this kind, in a fixed order (the sweep table's `build_params`)."""
+        return {name: getattr(self, name) for name in _BUILD_PARAMS[self.kind]}
 
 
-@dataclass(frozen=True)
-class BuiltIndex:
+@dataclass(frozen=True, kw_only=True)
+class BuiltIndex(StageResult):
+    """An index file in the store (`key` is the embedding set's key plus the file name)."""
+
     provider: str
     settings: IndexSettings
-    path: str
     vectors: int
     dim: int
-    built: bool
-    seconds: float
     size_bytes: int
+    build_seconds: float | None  # train + add; None for a file built before metadata existed
+    train_seconds: float | None
 
 
 def default_nlist(n_vectors: int) -> int:
@@ -68,40 +99,43 @@ def resolve_ivf(n_vectors: int, nlist: int | None, train_size: int | None, seed:
 
 
 def index_path(store: Path, embedding_set: EmbeddingSet, settings: IndexSettings) -> Path:
-    return Path(store) / "indexes" / embedding_set.set_key[:32] / settings.file_name
+    return Path(store) / "indexes" / embedding_set.key[:32] / settings.file_name
 
 
-def build_index(embedding_set: EmbeddingSet, settings: IndexSettings, store: Path, force: bool = False) -> BuiltIndex:
+def build_index(
+    embedding_set: EmbeddingSet,
+    settings: IndexSettings,
+    store: Path,
+    force: bool = False,
+    vectors: Callable[[], np.ndarray] | None = None,
+) -> BuiltIndex:
+    """The index file for these vectors and settings, built unless it is in the store.
+    `vectors` supplies the matrix (called only when building); default: read the set."""
     path = index_path(store, embedding_set, settings)
-    started = time.perf_counter()
-    with file_lock(lock_for(path)):
-        built = force or not intact_index(path, store, embedding_set.dim)
-        if built:
-            _, vectors = load_vectors(embedding_set)
-            index, _, _ = build_faiss_index(vectors, settings)
-            atomic_write(path, lambda tmp: faiss.write_index(index, tmp))
-            record_checksum(path)
+    read = vectors or (lambda: load_vectors(embedding_set)[1])
+
+    def build(tmp: str) -> dict:
+        index, train_seconds, build_seconds = build_faiss_index(read(), settings)
+        faiss.write_index(index, tmp)
+        return {"build_seconds": build_seconds, "train_seconds": train_seconds, "vectors": embedding_set.count,
+                "dim": embedding_set.dim, "settings": asdict(settings), "faiss": faiss.__version__}
+
+    built = build_once(store, path, build, parse=lambda p: faiss.read_index(str(p)), force=force)
+    if not built.computed:
+        check_dimension(path, embedding_set.dim)
     return BuiltIndex(
-        provider=embedding_set.provider,
-        settings=settings,
-        path=str(path),
-        vectors=embedding_set.count,
-        dim=embedding_set.dim,
-        built=built,
-        seconds=time.perf_counter() - started,
-        size_bytes=path.stat().st_size,
+        path=str(path), key=f"{embedding_set.key[:32]}/{settings.file_name}", computed=built.computed,
+        seconds=built.seconds, provider=embedding_set.provider, settings=settings, vectors=embedding_set.count,
+        dim=embedding_set.dim, size_bytes=path.stat().st_size,
+        build_seconds=built.metadata.get("build_seconds"), train_seconds=built.metadata.get("train_seconds"),
     )
 
 
-_ADD_BATCH = 65_536  # rows normalised and added at a time: no full-size normalised copy
+_ADD_BATCH = 65_536  # rows added at a time: FAISS copies what it is given, so no full-size copy
 
 
-def build_faiss_index(vectors: np.ndarray, settings) -> tuple[faiss.Index, float, float]:
-    """(index, train seconds, build seconds = train + add) over L2-normalised vectors, inner product.
-
-    One builder for every kind (IndexSettings here, AnnSettings for the sweep), so an IVF
-    file is identical whichever stage builds it.
-    """
+def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[faiss.Index, float, float]:
+    """(index, train seconds, build seconds = train + add) over unit vectors, inner product."""
     n, dim = vectors.shape
     started = time.perf_counter()
     if settings.kind == "flat":
@@ -111,42 +145,24 @@ def build_faiss_index(vectors: np.ndarray, settings) -> tuple[faiss.Index, float
         index.hnsw.efConstruction = settings.ef_construction
     elif settings.kind == "ivf":
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
-    elif settings.kind == "ivfpq":
+    else:
         if dim % settings.m:
             raise ValueError(f"IVF-PQ m={settings.m} must divide the dimension {dim}")
         index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, settings.nlist, settings.m, settings.nbits,
                                  faiss.METRIC_INNER_PRODUCT)
-    else:
-        raise ValueError(f"unknown index kind {settings.kind!r}")
     if settings.kind in ("ivf", "ivfpq"):
         rng = np.random.default_rng(settings.seed)
         rows = np.sort(rng.choice(n, size=settings.train_size, replace=False))
         index.cp.seed = settings.seed
-        index.train(_normalized_rows(vectors, rows))
+        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
     train_seconds = time.perf_counter() - started
     for start in range(0, n, _ADD_BATCH):
-        index.add(_normalized_rows(vectors, slice(start, start + _ADD_BATCH)))
+        index.add(np.ascontiguousarray(vectors[start : start + _ADD_BATCH], dtype=np.float32))
     return index, train_seconds, time.perf_counter() - started
 
 
-def _normalized_rows(vectors: np.ndarray, rows) -> np.ndarray:
-    batch = np.array(vectors[rows], dtype=np.float32, order="C", copy=True)
-    faiss.normalize_L2(batch)
-    return batch
-
-
-def normalized(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalised float32 copy (inner product = cosine)."""
-    vectors = np.array(vectors, dtype=np.float32, copy=True, order="C")
-    faiss.normalize_L2(vectors)
-    return vectors
-
-
-def intact_index(path: Path, store: Path, expected_dim: int) -> bool:
-    """Is there a usable index file at `path`? Damaged: quarantined, False (rebuild).
-    Intact but of another dimension: an error, since it was not built from this set."""
-    if not verify(path, store, lambda p: faiss.read_index(str(p))):
-        return False
+def check_dimension(path: Path, expected_dim: int) -> None:
+    """An intact index of another dimension was not built from this set: refuse it with the fix."""
     dim = faiss_dimension(path)
     if dim != expected_dim:
         raise ValueError(
@@ -154,7 +170,6 @@ def intact_index(path: Path, store: Path, expected_dim: int) -> bool:
             f"it was not built from these vectors (copied from another store?); delete it (and {path}.sha256) "
             "and rerun to rebuild it"
         )
-    return True
 
 
 def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index:
@@ -162,3 +177,43 @@ def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index
     if expected_dim is not None and index.d != expected_dim:
         raise ValueError(f"index {path} has dimension {index.d}, but the vectors have {expected_dim}; delete it to rebuild")
     return index
+
+
+def set_query_params(index: faiss.Index, params: dict[str, int]) -> None:
+    for name, value in params.items():
+        faiss.ParameterSpace().set_index_parameter(index, {"ef_search": "efSearch"}.get(name, name), value)
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """The indexes a run builds for `n_vectors` chunks, the nprobe values it searches the IVF
+    index with, and what the plan had to change or say about the spec (logged, and kept in
+    the manifest)."""
+
+    settings: tuple[IndexSettings, ...]
+    nprobe: tuple[int, ...]
+    notes: tuple[str, ...]
+
+
+def plan_indexes(flat: bool, ivf, n_vectors: int) -> IndexPlan:
+    """Flat always (the reference); IVF unless `ivf` is None or cannot be built on this many
+    vectors, in which case it is skipped with the reason rather than failing after the
+    embeddings are paid for."""
+    settings, notes = [IndexSettings("flat")], []
+    if ivf is None:
+        return IndexPlan(tuple(settings), (), ("ivf: off (indexes.ivf is null)",))
+    try:
+        resolved = resolve_ivf(n_vectors, ivf.nlist, ivf.train_size, ivf.seed)
+    except ValueError as error:
+        notes.append(f"ivf skipped: {error}; set indexes.ivf.nlist to at most {n_vectors} (or null for the default)")
+        return IndexPlan(tuple(settings), (), tuple(notes))
+    if resolved.nlist == 1:
+        notes.append(f"ivf: nlist=1 on {n_vectors} vectors (fewer than 78), so every query probes the one list and "
+                     "the 'approximate' index returns exactly what flat search returns")
+    probes = sorted({min(p, resolved.nlist) for p in ivf.nprobe})
+    clipped = sorted(p for p in ivf.nprobe if p > resolved.nlist)
+    if clipped:
+        notes.append(f"ivf: nprobe {clipped} exceed nlist={resolved.nlist} and search every list, as nprobe="
+                     f"{resolved.nlist} does; searched once as nprobe={resolved.nlist}")
+    settings.append(resolved)
+    return IndexPlan(tuple(settings), tuple(probes), tuple(notes))

@@ -6,41 +6,24 @@ concatenates the tables into `latency`.
 """
 from __future__ import annotations
 
-import time
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tasks.config.measurement import LatencySpec
+from tasks.providers import Provider
 
 LATENCY_COLUMNS = ["provider", "kind", "batch_size", "concurrency", "iterations", "calls",
                    "texts_per_second", "p50_ms", "p95_ms", "p99_ms"]
 
 
-class LatencySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    batch_sizes: list[int] = Field(default_factory=lambda: [1, 10, 50, 100])
-    iterations: int = Field(3, ge=1, description="timed rounds per setting (each round: `concurrency` calls)")
-    warmup: int = Field(1, ge=0, description="untimed calls first (model load, connection set-up)")
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4], description="HTTP providers only; local ones run 1")
-    sweep_batch_sizes: list[int] | None = Field(
-        None, description="batch sizes swept over `concurrency` (others run at 1); default: all of batch_sizes")
-    role: Literal["query", "document"] = "document"
-    texts: int = Field(200, ge=1, description="distinct texts drawn from the corpus; calls cycle through them")
-
-    @field_validator("batch_sizes", "concurrency")
-    @classmethod
-    def _positive(cls, values: list[int]) -> list[int]:
-        if not values or any(v < 1 for v in values):
-            raise ValueError("must be a non-empty list of positive integers")
-        return sorted(set(values))
-
-
-def profile_latency(provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None) -> pl.DataFrame:
-    """The `latency` rows of one provider (vectors are discarded, nothing is cached)."""
+def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None) -> pl.DataFrame:
+    """The `latency` rows of one provider (vectors are discarded, nothing is cached).
+    Concurrency is swept only for providers whose calls may overlap (`Provider.concurrent`)."""
     spec = spec or LatencySpec()
     pool = [t for t in texts[: spec.texts] if t] or ["empty"]
-    concurrent = hasattr(provider, "timed_calls")
+    concurrent = provider.concurrent
     rows = []
     for batch_size in spec.batch_sizes:
         swept = concurrent and (spec.sweep_batch_sizes is None or batch_size in spec.sweep_batch_sizes)
@@ -48,10 +31,7 @@ def profile_latency(provider, provider_name: str, texts: Sequence[str], spec: La
             calls = spec.iterations * concurrency
             # Different texts in every call, so a server-side cache cannot flatter the numbers.
             batches = [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
-            if concurrent:
-                latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
-            else:
-                latencies, wall = _sequential(provider, batches, spec.role, spec.warmup)
+            latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
             ms = np.asarray(latencies) * 1000.0
             p50, p95, p99 = np.percentile(ms, [50, 95, 99])
             rows.append({
@@ -69,15 +49,3 @@ def profile_latency(provider, provider_name: str, texts: Sequence[str], spec: La
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:
     return [pool[(start + i) % len(pool)] for i in range(n)]
-
-
-def _sequential(provider, batches: list[list[str]], role: str, warmup: int) -> tuple[list[float], float]:
-    for i in range(warmup):
-        provider.encode(batches[i % len(batches)], role)
-    latencies = []
-    started = time.perf_counter()
-    for batch in batches:
-        t0 = time.perf_counter()
-        provider.encode(batch, role)
-        latencies.append(time.perf_counter() - t0)
-    return latencies, time.perf_counter() - started

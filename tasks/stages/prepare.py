@@ -2,9 +2,10 @@
 the corpus. Each writes its output under the store, addressed by a hash of its
 inputs, and returns a small reference; finding the output there means no work.
 
-Both check the store and output directory are writable before any work, verify a stored
-output against its checksum sidecar before reusing it (a damaged one is quarantined and
-rebuilt), and hold an flock while they write."""
+Both go through the store's one build routine (tasks/store/build.py): a stored output is
+verified against its checksums before reuse (a damaged one is quarantined and rebuilt), and
+an flock is held while it is written. The store and output directory are checked writable
+before any work."""
 from __future__ import annotations
 
 import time
@@ -13,24 +14,29 @@ from pathlib import Path
 
 import polars as pl
 
+import pyarrow.parquet as pq
+
+from tasks.config.spec import BenchmarkSpec
 from tasks.stages.chunk import ChunkConfig, chunk_corpus
 from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
-from tasks.store.integrity import ensure_writable, file_lock, lock_for, parquet_readable, record_checksum, verify
-from tasks.config.spec import BenchmarkSpec
-from tasks.store.files import stable_hash, write_parquet
+from tasks.store.build import StageResult, build_folder_once, build_once
+from tasks.store.files import stable_hash
+from tasks.store.integrity import ensure_writable, parquet_readable
 
 
-@dataclass(frozen=True)
-class DatasetRef:
+@dataclass(frozen=True, kw_only=True)
+class DatasetRef(StageResult):
+    """The validated dataset in the store (`key`: its content hash), as three Parquet tables."""
+
     name: str
-    path: str
-    content_hash: str
     documents: int
     queries: int
     judgments: int
     notes: tuple[str, ...]
-    computed: bool
-    seconds: float
+
+    @property
+    def content_hash(self) -> str:
+        return self.key
 
     @property
     def corpus_path(self) -> str:
@@ -45,13 +51,12 @@ class DatasetRef:
         return str(Path(self.path) / "qrels.parquet")
 
 
-@dataclass(frozen=True)
-class ChunksRef:
-    path: str
-    key: str
+@dataclass(frozen=True, kw_only=True)
+class ChunksRef(StageResult):
     chunks: int
-    computed: bool
-    seconds: float
+
+
+_DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset.json")  # dataset.json last
 
 
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
@@ -65,38 +70,24 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    with file_lock(lock_for(directory)):
-        computed = force or not _saved_intact(directory, spec.store_dir)
-        if computed:
-            save_dataset(dataset, directory)
-            for name in _DATASET_FILES:
-                record_checksum(directory / name)
+    made = build_folder_once(spec.store_dir, directory, _DATASET_FILES, lambda tmp: save_dataset(dataset, tmp),
+                             parse=parquet_readable, force=force)
     return DatasetRef(
-        name=dataset.name, path=str(directory), content_hash=digest,
-        documents=dataset.corpus.height, queries=dataset.queries.height, judgments=dataset.qrels.height,
-        notes=tuple(dataset.notes), computed=computed, seconds=time.perf_counter() - started,
+        path=str(directory), key=digest, computed=made.computed, seconds=time.perf_counter() - started,
+        name=dataset.name, documents=dataset.corpus.height, queries=dataset.queries.height,
+        judgments=dataset.qrels.height, notes=tuple(dataset.notes),
     )
 
 
-_DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset.json")
-
-
-def _saved_intact(directory: Path, store: str) -> bool:
-    """dataset.json is written last by save_dataset; every file must also match its checksum."""
-    intact = [verify(directory / name, store, None if name.endswith(".json") else parquet_readable) for name in _DATASET_FILES]
-    return all(intact)
-
-
 def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False) -> ChunksRef:
-    started = time.perf_counter()
     config = ChunkConfig(**spec.chunking.model_dump())
-    key = stable_hash("chunks-v1", dataset.content_hash, config.name)  # only parameters that change the chunks
+    key = stable_hash("chunks-v1", dataset.key, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
-    with file_lock(lock_for(path)):
-        computed = force or not verify(path, spec.store_dir, parquet_readable)
-        if computed:
-            corpus = load_saved_dataset(dataset.path).corpus
-            write_parquet(chunk_corpus(corpus, config), path)
-            record_checksum(path)
+
+    def build(tmp: str) -> None:
+        corpus = load_saved_dataset(dataset.path).corpus
+        pq.write_table(chunk_corpus(corpus, config).to_arrow(), tmp, compression="zstd")
+
+    made = build_once(spec.store_dir, path, build, parse=parquet_readable, force=force)
     count = pl.scan_parquet(path).select(pl.len()).collect().item()
-    return ChunksRef(path=str(path), key=key, chunks=count, computed=computed, seconds=time.perf_counter() - started)
+    return ChunksRef(path=str(path), key=key, computed=made.computed, seconds=made.seconds, chunks=count)

@@ -16,10 +16,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+import pyarrow.parquet as pq
+
 from tasks.stages.embed import EmbeddingSet, load_vectors
-from tasks.stages.index import BuiltIndex, build_index, load_index, normalized
-from tasks.store.integrity import file_lock, lock_for, parquet_readable, record_checksum, recorded_checksum, verify
-from tasks.store.files import stable_hash, write_parquet, write_text
+from tasks.stages.index import BuiltIndex, build_index, load_index
+from tasks.store.build import StageResult, build_once
+from tasks.store.files import stable_hash, write_text
+from tasks.store.integrity import parquet_readable, recorded_checksum, verify
 
 RUN_SCHEMA = {
     "query_id": pl.String,
@@ -33,15 +36,15 @@ RUN_SCHEMA = {
 }
 
 
-@dataclass(frozen=True)
-class RunResult:
+@dataclass(frozen=True, kw_only=True)
+class RunResult(StageResult):
+    """A run file in the store: the ranked documents of every query from one index setting."""
+
     provider: str
     index: str
     nprobe: int | None
-    path: str
     queries: int
-    search_seconds: float
-    computed: bool
+    search_seconds: float  # FAISS search plus MaxP, when computed; 0 when reused
 
 
 def retrieve(
@@ -61,23 +64,26 @@ def retrieve(
     # checksum stands for its bytes (a rebuilt index is a new run); the chunk file is named
     # by its own content hash.
     index_identity = recorded_checksum(index_file) or f"{index_file.stat().st_size}:{index_file.stat().st_mtime_ns}"
-    key = stable_hash("run-v2", index_file.name, doc_set.set_key, index_identity, query_set.set_key,
+    key = stable_hash("run-v2", index_file.name, doc_set.key, index_identity, query_set.key,
                       Path(chunks_path).name, depth, nprobe)
     path = Path(store) / "runs" / f"{key}.parquet"
-    with file_lock(lock_for(path)):
-        if not force and verify(path, store, parquet_readable):
-            return RunResult(built.provider, built.settings.kind, nprobe, str(path), query_set.count, 0.0, False)
-        return _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file, path)
+    searched = {"seconds": 0.0}
+
+    def build(tmp: str) -> None:
+        run, searched["seconds"] = _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file)
+        pq.write_table(run.to_arrow(), tmp, compression="zstd")
+
+    made = build_once(store, path, build, parse=parquet_readable, force=force)
+    return RunResult(path=str(path), key=key, computed=made.computed, seconds=made.seconds, provider=built.provider,
+                     index=built.settings.kind, nprobe=nprobe, queries=query_set.count, search_seconds=searched["seconds"])
 
 
-def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file, path) -> RunResult:
-    label = built.settings.kind
-
-    chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"].to_list()
+def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file) -> tuple[pl.DataFrame, float]:
+    chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"].to_list()
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
     chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
     if chunk_doc["doc_id"].null_count():
-        raise RuntimeError(f"embedding set {doc_set.set_key[:12]} names chunks not in {chunks_path}")
+        raise RuntimeError(f"embedding set {doc_set.key[:12]} names chunks not in {chunks_path}")
     doc_ids = chunk_doc["doc_id"].to_numpy()
     query_ids, query_vectors = load_vectors(query_set)
 
@@ -87,15 +93,13 @@ def _retrieve(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
     started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
     doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
-    hits = search_documents(index, normalized(query_vectors), doc_codes, depth)
+    hits = search_documents(index, query_vectors, doc_codes, depth)
     seconds = time.perf_counter() - started
 
     run = document_run(hits, doc_codes, pl.Series(query_ids), pl.Series(doc_ids), pl.Series(chunk_ids)).with_columns(
-        provider=pl.lit(built.provider), index=pl.lit(label), nprobe=pl.lit(nprobe, dtype=pl.Int64),
+        provider=pl.lit(built.provider), index=pl.lit(built.settings.kind), nprobe=pl.lit(nprobe, dtype=pl.Int64),
     ).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
-    write_parquet(run, path)
-    record_checksum(path)
-    return RunResult(built.provider, label, nprobe, str(path), len(query_ids), seconds, True)
+    return run, seconds
 
 
 def search_documents(index, queries: np.ndarray, chunk_doc: np.ndarray, depth: int) -> pl.DataFrame:

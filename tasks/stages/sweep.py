@@ -21,101 +21,17 @@ from typing import Callable, Literal
 import faiss
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import pyarrow.parquet as pq
 
-from tasks.stages.ann_index import AnnSettings, BuildInfo, ensure_index, load_vectors_mapped, read_index, set_query_params
-from tasks.stages.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
-from tasks.stages.index import default_nlist, normalized, resolve_ivf
+from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
+from tasks.store.build import StageResult, build_once
+from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
+from tasks.config.sweep import HNSWGrid, IVFGrid, IVFPQGrid, SweepSpec  # noqa: F401  (re-exported)
+from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, load_index, resolve_ivf, set_query_params
+from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate, parse_measure
 from tasks.stages.retrieve import search_documents, trec_order
 from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
-
-# --- the spec -----------------------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def _positive(values: list[int] | None, name: str) -> list[int] | None:
-    if values is None:
-        return None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{name} must be a non-empty list of positive integers (or null for the default)")
-    return sorted(set(values))
-
-
-class IVFGrid(_Strict):
-    nlist: list[int] | None = Field(None, description="build-time; null: [~4*sqrt(n)] as the main flow")
-    train_size: list[int] | None = Field(None, description="build-time k-means sample; null: 256 per list, capped at n")
-    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
-    seed: int = 0
-
-    _check = field_validator("nlist", "train_size", "nprobe")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
-
-
-class HNSWGrid(_Strict):
-    M: list[int] = Field(default_factory=lambda: [32], description="build-time graph degree")
-    ef_construction: list[int] = Field(default_factory=lambda: [40], description="build-time")
-    ef_search: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256], description="query-time")
-
-    _check = field_validator("M", "ef_construction", "ef_search")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
-
-
-class IVFPQGrid(_Strict):
-    nlist: list[int] | None = Field(None, description="build-time; null: as IVF")
-    m: list[int] | None = Field(None, description="build-time sub-quantizers, must divide the dimension; null: ~dim/8")
-    nbits: list[int] | None = Field(None, description="build-time bits per code; null: 8, fewer on small sets")
-    train_size: list[int] | None = Field(None, description="build-time; null: max(256*nlist, 39*2^nbits), capped at n")
-    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
-    seed: int = 0
-
-    _check = field_validator("nlist", "m", "nbits", "train_size", "nprobe")(
-        classmethod(lambda cls, v, info: _positive(v, info.field_name)))
-
-    @field_validator("nbits")
-    @classmethod
-    def _nbits_range(cls, values):
-        if values and any(v > 16 for v in values):
-            raise ValueError("nbits must be at most 16")
-        return values
-
-
-class SweepSpec(_Strict):
-    """`sweep:` in the benchmark spec. A family set to null is skipped; a null list inside one is
-    derived from the number of vectors (and the dimension) at run time."""
-
-    ivf: IVFGrid | None = Field(default_factory=IVFGrid)
-    hnsw: HNSWGrid | None = Field(default_factory=HNSWGrid)
-    ivfpq: IVFPQGrid | None = Field(default_factory=IVFPQGrid)
-    k: int = Field(10, ge=1, description="neighbour recall@k and the metric cutoffs")
-    depth: int = Field(100, ge=1, description="documents retrieved per query (MRR looks this deep)")
-    repeats: int = Field(3, ge=1, description="timed runs per measurement, after the warm-up")
-    warmup: int = Field(1, ge=0)
-    latency_queries: int | None = Field(200, ge=1, description="queries timed one by one (seeded sample); null: all")
-    loss_budget: float = Field(0.01, ge=0, description="largest relative loss of `measure` versus flat")
-    measure: str = "ndcg@10"
-    budget_on: Literal["mean", "ci_low"] = Field("mean", description="ci_low: the budget must hold at the interval's worst end")
-    bootstrap: int = Field(1000, ge=0, description="resamples over queries for the delta intervals; 0: none")
-    confidence: float = Field(0.95, gt=0, lt=1)
-    relevance_level: int = Field(1, ge=1)
-    seed: int = 0
-
-    @field_validator("measure")
-    @classmethod
-    def _known_measure(cls, value: str) -> str:
-        return str(parse_measure(value))
-
-    @model_validator(mode="after")
-    def _depth_covers_k(self):
-        if self.depth < self.k:
-            raise ValueError(f"depth ({self.depth}) must be at least k ({self.k})")
-        return self
-
-    def measures(self) -> list[str]:
-        names = [f"recall@{self.k}", "mrr", f"ndcg@{self.k}"]
-        return names + ([self.measure] if self.measure not in names else [])
-
 
 # --- the grid -----------------------------------------------------------------------------
 
@@ -145,19 +61,19 @@ def default_pq_nbits(n_vectors: int) -> int:
     return int(min(8, max(4, math.floor(math.log2(max(n_vectors, 2) / 39)))))
 
 
-def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[AnnSettings, list[dict]]]:
+def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[IndexSettings, list[dict]]]:
     """(build settings, query-parameter dicts) per index to build, flat first."""
-    grid: list[tuple[AnnSettings, list[dict]]] = [(AnnSettings("flat"), [{}])]
+    grid: list[tuple[IndexSettings, list[dict]]] = [(IndexSettings("flat"), [{}])]
     if spec.ivf is not None:
         for nlist in spec.ivf.nlist or [default_nlist(n_vectors)]:
             for train in spec.ivf.train_size or [None]:
                 s = resolve_ivf(n_vectors, nlist, train, spec.ivf.seed)
-                grid.append((AnnSettings("ivf", nlist=s.nlist, train_size=s.train_size, seed=s.seed),
+                grid.append((IndexSettings("ivf", nlist=s.nlist, train_size=s.train_size, seed=s.seed),
                              _probe_grid(spec.ivf.nprobe, s.nlist)))
     if spec.hnsw is not None:
         for M in spec.hnsw.M:
             for efc in spec.hnsw.ef_construction:
-                grid.append((AnnSettings("hnsw", M=M, ef_construction=efc),
+                grid.append((IndexSettings("hnsw", M=M, ef_construction=efc),
                              [{"ef_search": e} for e in spec.hnsw.ef_search]))
     pq = spec.ivfpq
     all_defaults = pq is not None and pq.nlist is pq.m is pq.nbits is pq.train_size is None
@@ -174,9 +90,9 @@ def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[AnnSet
                         if nlist > n_vectors or train < max(nlist, 2 ** nbits):
                             raise ValueError(f"sweep.ivfpq: nlist={nlist}, nbits={nbits} need at least "
                                              f"{max(nlist, 2 ** nbits)} training vectors (have {train} of {n_vectors})")
-                        grid.append((AnnSettings("ivfpq", nlist=nlist, m=m, nbits=nbits, train_size=train, seed=pq.seed),
+                        grid.append((IndexSettings("ivfpq", nlist=nlist, m=m, nbits=nbits, train_size=train, seed=pq.seed),
                                      _probe_grid(pq.nprobe, nlist)))
-    unique: dict[AnnSettings, list[dict]] = {}
+    unique: dict[IndexSettings, list[dict]] = {}
     for settings, queries in grid:
         unique.setdefault(settings, queries)
     return list(unique.items())
@@ -213,20 +129,13 @@ def exact_scores_of(flat: faiss.Index, queries: np.ndarray, ids: np.ndarray) -> 
     return np.where(ids >= 0, scores, -np.inf)
 
 
-def bootstrap_rows(n_queries: int, resamples: int, seed: int) -> np.ndarray:
-    """Resampled query rows (resamples, n_queries); the same rows for every setting and
-    measure, so the intervals are paired and comparable."""
-    return np.random.default_rng(seed).integers(0, n_queries, size=(resamples, n_queries))
-
-
-def bootstrap_ci(differences: np.ndarray, rows: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the mean per-query difference over the resamples."""
-    if len(differences) == 0 or rows.size == 0:
+def bootstrap_ci(differences: np.ndarray, resamples: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the mean per-query difference. The same seed draws the same
+    resamples for every setting of a sweep, so the intervals are paired and comparable."""
+    if len(differences) == 0 or resamples == 0:
         return float("nan"), float("nan")
-    means = differences[rows].mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return float(low), float(high)
+    low, high = _bootstrap_ci(differences, resamples, seed, confidence)
+    return float(low[0]), float(high[0])
 
 
 # --- speed --------------------------------------------------------------------------------
@@ -305,16 +214,17 @@ class Recommendation:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class SweepResult:
+@dataclass(frozen=True, kw_only=True)
+class SweepResult(StageResult):
+    """One provider's sweep: `path` is its table (output_dir/ann_sweep/<provider>.parquet)."""
+
     provider: str
-    table_path: str
     lost_path: str
     plot_path: str | None
     recommendation: Recommendation | None
     built: int  # indexes built by this call (0 on a rerun)
     reused: int
-    stage_seconds: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)  # seconds per step of the sweep
     load_report: dict | None = None  # how the document vectors came out of the cache, when they were read
 
 
@@ -422,14 +332,14 @@ def run_sweep(
     def vectors() -> np.ndarray:
         if "matrix" not in loaded:
             started = time.perf_counter()
-            _, loaded["matrix"], loaded["report"] = load_vectors_mapped(doc_set)
+            _, loaded["matrix"], loaded["report"] = read_vectors(doc_set)
             stages["load_vectors"] = time.perf_counter() - started
         return loaded["matrix"]
 
-    builds: list[BuildInfo] = []
+    builds: list[BuiltIndex] = []
     for settings, _ in grid:
-        info = ensure_index(doc_set, settings, store, vectors, force=force)
-        say(f"{provider} {Path(info.path).name}: {'built' if info.built else 'reused'}")
+        info = build_index(doc_set, settings, store, force=force, vectors=vectors)
+        say(f"{provider} {Path(info.path).name}: {'built' if info.computed else 'reused'}")
         builds.append(info)
     load_report = asdict(loaded["report"]) if "report" in loaded else None
     loaded.clear()
@@ -437,14 +347,14 @@ def run_sweep(
 
     # 2. Queries, chunk -> document, judgments.
     started = time.perf_counter()
-    query_id_list, query_matrix, _ = load_vectors_mapped(query_set)
-    queries = normalized(query_matrix)
+    query_id_list, query_matrix, _ = read_vectors(query_set)
+    queries = query_matrix  # unit vectors from the cache
     query_ids = pl.Series("query_id", query_id_list, dtype=pl.String)
-    chunk_ids = pl.read_parquet(doc_set.set_path, columns=["id"])["id"]
+    chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"]
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
     chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
     if chunk_doc["doc_id"].null_count():
-        raise RuntimeError(f"embedding set {doc_set.set_key[:12]} names chunks not in {chunks_path}")
+        raise RuntimeError(f"embedding set {doc_set.key[:12]} names chunks not in {chunks_path}")
     chunk_doc_ids = chunk_doc["doc_id"]
     # Integer codes: search_documents factorises its chunk -> doc array on every call, and that
     # is cheap on integers but costs seconds on a million Python strings.
@@ -463,9 +373,9 @@ def run_sweep(
     # 3. The reference: flat search, kept loaded to look up exact scores of approximate hits.
     timers = {"speed": 0.0, "retrieve": 0.0, "score": 0.0}
 
-    def evaluate_setting(index, info: BuildInfo, params: dict, reference: dict | None) -> tuple[dict, pl.DataFrame | None, dict]:
+    def evaluate_setting(index, info: BuiltIndex, params: dict, reference: dict | None) -> tuple[dict, pl.DataFrame | None, dict]:
         started = time.perf_counter()
-        set_query_params(index, info.settings.kind, params)
+        set_query_params(index, params)
         speed, ids = measure_speed(index, queries, spec.k, spec.repeats, spec.warmup, latency_rows, all_threads)
         timers["speed"] += time.perf_counter() - started
         started = time.perf_counter()
@@ -479,7 +389,6 @@ def run_sweep(
             reference["values"] = _per_query_matrix(run, qrels, measures, reference["order"], spec.relevance_level)
             reference["top"] = _top_k(run, spec.k).join(relevant, on=["query_id", "doc_id"]).select(
                 "query_id", "doc_id", "grade", exact_rank="rank")
-            reference["rows"] = bootstrap_rows(reference["order"].height, spec.bootstrap, spec.seed)
         recall = neighbour_recall(reference["ids"], reference["scores"], ids, exact_scores_of(flat, queries, ids), spec.k)
         values = _per_query_matrix(run, qrels, measures, reference["order"], spec.relevance_level)
         row = {
@@ -493,18 +402,18 @@ def run_sweep(
         }
         for measure in measures:
             exact, approx = reference["values"][measure], values[measure]
-            low, high = bootstrap_ci(approx - exact, reference["rows"], spec.confidence)
+            low, high = bootstrap_ci(approx - exact, spec.bootstrap, spec.seed, spec.confidence)
             row[f"flat_{measure}"] = float(exact.mean()) if len(exact) else float("nan")
             row[f"delta_{measure}"] = float((approx - exact).mean()) if len(exact) else float("nan")
             row[f"delta_{measure}_ci_low"], row[f"delta_{measure}_ci_high"] = low, high
         row.update({
             "build_seconds": info.build_seconds,
             "train_seconds": info.train_seconds,
-            "index_bytes": info.index_bytes,
-            "bytes_per_vector": info.index_bytes / max(info.vectors, 1),
+            "index_bytes": info.size_bytes,
+            "bytes_per_vector": info.size_bytes / max(info.vectors, 1),
             **speed,
             "threads": all_threads,
-            "built": info.built,
+            "built": info.computed,
         })
         lost = reference["top"].join(_top_k(run, spec.k).select("query_id", "doc_id"), on=["query_id", "doc_id"], how="anti")
         lost = lost.select(
@@ -516,13 +425,13 @@ def run_sweep(
 
     rows, lost_parts = [], []
     flat_info = builds[0]
-    flat = read_index(flat_info.path)
+    flat = load_index(flat_info.path)
     if flat.d != queries.shape[1]:
         raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
     row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
     rows.append(row)
     for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
-        index = read_index(info.path)
+        index = load_index(info.path)
         for params in query_grid:
             row, lost, _ = evaluate_setting(index, info, params, reference)
             rows.append(row)
@@ -545,14 +454,17 @@ def run_sweep(
     plot_path = plot_sweep(table, directory / f"{provider}.png", spec.k, recommendation)
     stages["total"] = time.perf_counter() - clock
     return SweepResult(
+        path=str(table_path),
+        key=stable_hash("sweep", doc_set.key, query_set.key, spec.model_dump(mode="json")),
+        computed=any(b.computed for b in builds),
+        seconds=stages["total"],
         provider=provider,
-        table_path=str(table_path),
         lost_path=str(lost_path),
         plot_path=None if plot_path is None else str(plot_path),
         recommendation=recommendation,
-        built=sum(b.built for b in builds),
-        reused=sum(not b.built for b in builds),
-        stage_seconds={k: round(v, 3) for k, v in stages.items()},
+        built=sum(b.computed for b in builds),
+        reused=sum(not b.computed for b in builds),
+        timings={k: round(v, 3) for k, v in stages.items()},
         load_report=load_report,
     )
 
@@ -568,7 +480,7 @@ def write_sweep_tables(results: list[SweepResult], output_dir: Path) -> dict[str
     """All providers in one `ann_sweep.parquet`/`.csv`, `ann_lost.parquet` and
     `ann_recommendation.json` (one line per provider under "lines")."""
     output_dir = Path(output_dir)
-    table = pl.concat([pl.read_parquet(r.table_path) for r in results], how="diagonal_relaxed")
+    table = pl.concat([pl.read_parquet(r.path) for r in results], how="diagonal_relaxed")
     lost = pl.concat([pl.read_parquet(r.lost_path) for r in results], how="diagonal_relaxed")
     paths = {
         "ann_sweep": str(write_parquet(table, output_dir / "ann_sweep.parquet")),
@@ -642,7 +554,7 @@ class SyntheticDataset:
 
     def documents(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
-        centers = _unit(rng.standard_normal((self.clusters, self.d), dtype=np.float32))
+        centers = l2_normalized(rng.standard_normal((self.clusters, self.d), dtype=np.float32))
         out = np.empty((self.nb, self.d), dtype=np.float32)
         scale = np.float32(self.spread / math.sqrt(self.d))  # noise vector norm ~ spread
         for start in range(0, self.nb, 65_536):
@@ -652,7 +564,7 @@ class SyntheticDataset:
             block = batch_rng.standard_normal((stop - start, self.d), dtype=np.float32)
             block *= scale
             block += centers[assign]
-            out[start:stop] = _unit(block)
+            out[start:stop] = l2_normalized(block)
         return out
 
     def sources(self) -> np.ndarray:
@@ -661,7 +573,7 @@ class SyntheticDataset:
     def queries(self, documents: np.ndarray) -> np.ndarray:
         rng = np.random.default_rng([self.seed, 2])
         noise = rng.standard_normal((self.nq, self.d), dtype=np.float32) * np.float32(self.query_noise / math.sqrt(self.d))
-        return _unit(documents[self.sources()] + noise)
+        return l2_normalized(documents[self.sources()] + noise)
 
     def chunk_ids(self) -> list[str]:
         return [f"c{i}" for i in range(self.nb)]
@@ -695,33 +607,12 @@ class SyntheticDataset:
         doc_set = write_embedding_set(store, provider, fingerprint, "document", self.chunk_ids(), documents)
         query_set = write_embedding_set(store, provider, fingerprint, "query", [f"q{i}" for i in range(self.nq)], queries)
         chunks_path = Path(store) / "chunks" / f"synthetic-{stable_hash(fingerprint)[:16]}.parquet"
-        write_parquet(pl.DataFrame({"chunk_id": self.chunk_ids(), "doc_id": self.chunk_doc()}), chunks_path)
+        chunks = pl.DataFrame({"chunk_id": self.chunk_ids(), "doc_id": self.chunk_doc()}).to_arrow()
+        build_once(store, chunks_path, lambda tmp: pq.write_table(chunks, tmp, compression="zstd"))
         return doc_set, query_set, str(chunks_path), qrels
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    faiss.normalize_L2(x)
-    return x
 
 
 def write_embedding_set(store: Path, provider: str, fingerprint: dict, role: str, ids: list[str],
                         vectors: np.ndarray) -> EmbeddingSet:
-    """Precomputed vectors into the embedding cache (one shard, keyed as embed_texts keys texts,
-    with the id standing in for the text), plus the ordered set file."""
-    started = time.perf_counter()
-    fp_hash = fingerprint_hash(fingerprint)
-    directory = Path(store) / "embeddings" / f"{fingerprint.get('kind', 'precomputed')}-{fp_hash[:16]}"
-    if not (directory / "fingerprint.json").exists():
-        write_json(directory / "fingerprint.json", fingerprint)
-    keys = [cache_key(fp_hash, role, i) for i in ids]
-    shard = directory / f"shard-{0:020d}-{role}.parquet"
-    if not shard.exists():
-        write_parquet(_vector_table(keys, np.ascontiguousarray(vectors, dtype=np.float32)), shard)
-    set_key = stable_hash(fp_hash, role, keys, list(ids))
-    set_path = Path(store) / "sets" / f"{set_key}.parquet"
-    if not set_path.exists():
-        write_parquet(pl.DataFrame({"id": list(ids), "key": keys}), set_path)
-    return EmbeddingSet(provider=provider, role=role, cache_dir=str(directory), set_path=str(set_path), set_key=set_key,
-                        count=len(ids), dim=int(vectors.shape[1]), embedded=len(ids), from_cache=0, repeated=0,
-                        seconds=time.perf_counter() - started)
+    """Precomputed vectors into the embedding cache through its real writer (lock, checksum)."""
+    return store_vectors(store, provider, fingerprint, role, ids, vectors)

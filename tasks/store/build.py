@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from tasks.store.files import atomic_write, write_json
-from tasks.store.integrity import file_lock, lock_for, quarantine, record_checksum, verify
+from tasks.store.integrity import file_lock, lock_for, record_checksum, verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +94,8 @@ def build_once(
             holder: dict = {}
             write_checked(path, lambda tmp: holder.setdefault("metadata", build(tmp)))
             metadata = holder.get("metadata")
-            if metadata is not None:
-                write_json(metadata_path(path), metadata)  # last: its presence means the rest is done
+            if metadata is not None:  # last: its presence means the rest is done
+                write_checked(metadata_path(path), lambda tmp: write_json(tmp, metadata))
     return Built(path=path, computed=computed, seconds=time.perf_counter() - started,
                  metadata=metadata if metadata is not None else read_metadata(path))
 
@@ -126,7 +126,8 @@ def build_folder_once(
                 for name in files:
                     record_checksum(tmp / name)
                 if folder.exists():
-                    quarantine(folder, store, "incomplete or replaced") if not force else shutil.rmtree(folder)
+                    # Damaged files were quarantined by `verify`; the rest is rebuilt identically.
+                    shutil.rmtree(folder)
                 tmp.replace(folder)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)

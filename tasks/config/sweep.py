@@ -1,0 +1,93 @@
+"""`sweep:` in the benchmark spec: the ANN grid (IVF, HNSW, IVF-PQ) measured against exact search.
+
+Configuration only: validated at spec load, with no stage code (and so no FAISS) imported."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _positive(values: list[int] | None, name: str) -> list[int] | None:
+    if values is None:
+        return None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{name} must be a non-empty list of positive integers (or null for the default)")
+    return sorted(set(values))
+
+
+class IVFGrid(_Strict):
+    nlist: list[int] | None = Field(None, description="build-time; null: [~4*sqrt(n)] as the main flow")
+    train_size: list[int] | None = Field(None, description="build-time k-means sample; null: 256 per list, capped at n")
+    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
+    seed: int = 0
+
+    _check = field_validator("nlist", "train_size", "nprobe")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+
+class HNSWGrid(_Strict):
+    M: list[int] = Field(default_factory=lambda: [32], description="build-time graph degree")
+    ef_construction: list[int] = Field(default_factory=lambda: [40], description="build-time")
+    ef_search: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256], description="query-time")
+
+    _check = field_validator("M", "ef_construction", "ef_search")(classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+
+class IVFPQGrid(_Strict):
+    nlist: list[int] | None = Field(None, description="build-time; null: as IVF")
+    m: list[int] | None = Field(None, description="build-time sub-quantizers, must divide the dimension; null: ~dim/8")
+    nbits: list[int] | None = Field(None, description="build-time bits per code; null: 8, fewer on small sets")
+    train_size: list[int] | None = Field(None, description="build-time; null: max(256*nlist, 39*2^nbits), capped at n")
+    nprobe: list[int] | None = Field(None, description="query-time; null: 1, 2, 4, ... up to nlist")
+    seed: int = 0
+
+    _check = field_validator("nlist", "m", "nbits", "train_size", "nprobe")(
+        classmethod(lambda cls, v, info: _positive(v, info.field_name)))
+
+    @field_validator("nbits")
+    @classmethod
+    def _nbits_range(cls, values):
+        if values and any(v > 16 for v in values):
+            raise ValueError("nbits must be at most 16")
+        return values
+
+
+class SweepSpec(_Strict):
+    """`sweep:` in the benchmark spec. A family set to null is skipped; a null list inside one is
+    derived from the number of vectors (and the dimension) at run time."""
+
+    ivf: IVFGrid | None = Field(default_factory=IVFGrid)
+    hnsw: HNSWGrid | None = Field(default_factory=HNSWGrid)
+    ivfpq: IVFPQGrid | None = Field(default_factory=IVFPQGrid)
+    k: int = Field(10, ge=1, description="neighbour recall@k and the metric cutoffs")
+    depth: int = Field(100, ge=1, description="documents retrieved per query (MRR looks this deep)")
+    repeats: int = Field(3, ge=1, description="timed runs per measurement, after the warm-up")
+    warmup: int = Field(1, ge=0)
+    latency_queries: int | None = Field(200, ge=1, description="queries timed one by one (seeded sample); null: all")
+    loss_budget: float = Field(0.01, ge=0, description="largest relative loss of `measure` versus flat")
+    measure: str = "ndcg@10"
+    budget_on: Literal["mean", "ci_low"] = Field("mean", description="ci_low: the budget must hold at the interval's worst end")
+    bootstrap: int = Field(1000, ge=0, description="resamples over queries for the delta intervals; 0: none")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    relevance_level: int = Field(1, ge=1)
+    seed: int = 0
+
+    @field_validator("measure")
+    @classmethod
+    def _known_measure(cls, value: str) -> str:
+        from tasks.analysis.metrics import parse_measure  # here: numpy is not needed to load a spec
+
+        return str(parse_measure(value))
+
+    @model_validator(mode="after")
+    def _depth_covers_k(self):
+        if self.depth < self.k:
+            raise ValueError(f"depth ({self.depth}) must be at least k ({self.k})")
+        return self
+
+    def measures(self) -> list[str]:
+        names = [f"recall@{self.k}", "mrr", f"ndcg@{self.k}"]
+        return names + ([self.measure] if self.measure not in names else [])

@@ -785,7 +785,8 @@ def _read_npl(corpus_file: Path, queries_file: Path, qrels_file: Path):
         if len(record) == 1:
             raise DatasetError(f"{where}: query {query_id!r} lists no documents; expected relevant doc ids before '/'")
         for doc_lineno, line in record[1:]:
-            doc_where = f"{qrels_file}:{doc_lineno}"
+            # The query id is not on this line: say where its record starts.
+            doc_where = f"{qrels_file}:{doc_lineno} (record of query {query_id} from line {lineno})"
             for token in line.split():
                 qrels.append(_Judgment(query_id, _glasgow_number(token, doc_where, "doc id"), 1, doc_where))
     notes = ["npl documents have no title (the collection has none)"]

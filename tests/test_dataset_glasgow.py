@@ -193,3 +193,54 @@ def test_collection_option_and_inference_errors(tmp_path):
         load_dataset(tmp_path / "c", "glasgow", "test")
     with pytest.raises(DatasetError, match=r"unknown option\(s\) \['query_language'\] for format 'glasgow'"):
         load_dataset(tmp_path / "c", "glasgow", "test", query_language="en")
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_npl_hashing_run_agrees_with_pytrec_eval(tmp_path):
+    """The whole pipeline on NPL with the hashing provider: scores equal pytrec_eval's per query.
+
+    NPL query 55 has two relevant documents tied at one score (ranks 9 and 10) with no other
+    document at it: the case tests/test_metrics_ties.py pins down, here on real data.
+    """
+    if GLASGOW is None:
+        pytest.skip("shared/data/glasgow not present")
+    import polars as pl
+    import pytrec_eval
+
+    from tasks.config.spec import load_spec
+    from tasks.pipeline import Selection, run_pipeline
+
+    spec_file = tmp_path / "npl.yaml"
+    spec_file.write_text(
+        f"name: npl-hashing\n"
+        f"dataset: {{path: {GLASGOW / 'npl'}, format: glasgow, split: all}}\n"
+        "chunking: {strategy: none}\n"
+        "providers: [{name: hashing, kind: hashing}]\n"
+        "indexes: {ivf: null}\n"
+        f"output_dir: {tmp_path / 'out'}\nstore_dir: {tmp_path / 'store'}\nhistory: {{enabled: false}}\n"
+    )
+    result = run_pipeline(load_spec(spec_file), Selection(stage="score"), spec_path=spec_file)
+    assert result.manifest["dataset"]["documents"] == 11429
+    assert result.manifest["dataset"]["queries"] == 93 and result.manifest["dataset"]["judgments"] == 2083
+    dataset_dir = Path(result.manifest["dataset"]["path"])
+    qrels, runs = pl.read_parquet(dataset_dir / "qrels.parquet"), pl.read_parquet(Path(result.tables["runs"]))
+    judged: dict = {}
+    ranked: dict = {}
+    for q, d, g in qrels.iter_rows():
+        judged.setdefault(q, {})[d] = g
+    for q, d, s in runs.select("query_id", "doc_id", "score").iter_rows():
+        ranked.setdefault(q, {})[d] = s
+    top55 = sorted(ranked["55"].items(), key=lambda item: -item[1])[:11]
+    tied = [d for d, s in top55 if s == top55[8][1]]
+    assert len(tied) == 2 and all(d in judged["55"] for d in tied)
+
+    reference = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recip_rank", "recall.10"}).evaluate(ranked)
+    per_query = pl.read_parquet(Path(result.tables["per_query"]))
+    for measure, key in [("ndcg@10", "ndcg_cut_10"), ("mrr", "recip_rank"), ("recall@10", "recall_10")]:
+        ours = dict(per_query.filter(pl.col("measure") == measure).select("query_id", "value").iter_rows())
+        assert ours.keys() == reference.keys()
+        for q, value in ours.items():
+            assert value == pytest.approx(reference[q][key], abs=1e-12), (measure, q)

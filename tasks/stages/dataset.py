@@ -757,7 +757,11 @@ def _glasgow_collection(folder: Path, collection: str | None) -> str:
     raise DatasetError(f"{folder}: no Glasgow collection files{hint}; expected the files of one of {expected}")
 
 
-def _read_npl(corpus_file: Path, queries_file: Path, qrels_file: Path):
+# What both Glasgow readers return: docs, queries, judgments (grade 1 unless the file says) and notes.
+_GlasgowRows = tuple[list[tuple[str, str, str, str]], list[tuple[str, str, str, str, str]], list[_Judgment], list[str]]
+
+
+def _read_npl(corpus_file: Path, queries_file: Path, qrels_file: Path) -> _GlasgowRows:
     docs = []
     empty = []
     ids = _Ids()
@@ -845,7 +849,7 @@ def _glasgow_number(token: str, where: str, what: str) -> str:
     return str(int(token))
 
 
-def _read_glasgow_smart(collection: str, corpus_file: Path, queries_file: Path, qrels_file: Path):
+def _read_glasgow_smart(collection: str, corpus_file: Path, queries_file: Path, qrels_file: Path) -> _GlasgowRows:
     docs = []
     ids = _Ids()
     empty = []

@@ -344,7 +344,9 @@ def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
 
     tied = run.select("i", "doc_id", key=pl.Series(run_key)).filter(
         pl.col("key").is_in(pl.Series(key).implode()))
-    if tied.height == len(key):  # no scoring row shares its score with another doc
+    # Every scoring row is a run row, so tied.height >= distinct keys, equal only when no two
+    # run rows share a key. (Comparing with len(key) missed ties between two scoring rows.)
+    if tied.height == len(np.unique(key)):
         return higher
     tied = (
         tied.sort(["key", "doc_id"], descending=[False, True])

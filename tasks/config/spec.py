@@ -28,7 +28,7 @@ class _Strict(BaseModel):
 
 class DatasetSpec(_Strict):
     path: Path
-    format: Literal["jsonl", "beir", "cranfield", "xquad"] = "jsonl"
+    format: Literal["jsonl", "beir", "cranfield", "xquad", "glasgow"] = "jsonl"
     split: Literal["dev", "test", "all"] = "dev"
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None

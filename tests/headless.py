@@ -102,9 +102,15 @@ class Page:
     def __init__(self, browser: Chromium, session: str, load_ms: float):
         self.browser, self.session, self.load_ms = browser, session, load_ms
 
-    def evaluate(self, expression: str):
-        result = self.browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, self.session)
+    def evaluate(self, expression: str, await_promise: bool = False):
+        result = self.browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                        "awaitPromise": await_promise}, self.session)
         return result["result"].get("value")
+
+    def first_frame_ms(self) -> float:
+        """Milliseconds from the start of navigation to the first frame painted after the load event."""
+        return self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))",
+                             await_promise=True)
 
     def screenshot(self, path: str | Path, full_page: bool = True) -> Path:
         params: dict = {"format": "png"}

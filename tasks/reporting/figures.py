@@ -53,8 +53,7 @@ def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str)
     axis.set_xlim(0, min(1.0, max(h + m for h, m in zip(high, means)) * 1.05 or 1.0))
     best_low = settings.filter(pl.col("label") == best)["ci_low"].to_list()
     if best_low and best_low[0] is not None:
-        axis.axvline(best_low[0], color=BEST, linestyle=":", linewidth=1, label="lower end of the best's interval")
-        axis.legend(fontsize=8, loc="lower right")
+        axis.axvline(best_low[0], color=BEST, linestyle=":", linewidth=1)
     axis.grid(axis="x", alpha=0.3)
     return _png(figure)
 
@@ -79,7 +78,8 @@ TRADEOFFS = (
 def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[str], dict[str, list[str]]]:
     """Quality against cost, latency and index size, one panel each where measured, Pareto
     fronts as step lines; returns the PNG, the panels drawn and each panel's front labels."""
-    panels = [(c, t, log) for c, t, log in TRADEOFFS if c in settings.columns and settings[c].drop_nulls().len() >= 1]
+    # A panel needs two settings at different costs, or there is no trade-off to see.
+    panels = [(c, t, log) for c, t, log in TRADEOFFS if c in settings.columns and settings[c].drop_nulls().n_unique() >= 2]
     if not panels:
         return None, [], {}
     plt = _pyplot()
@@ -103,6 +103,10 @@ def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[st
         xs = [p[0] for p in points]
         if log and min(xs) > 0 and max(xs) / min(xs) > 20:
             axis.set_xscale("log")
+        if column == "usd_per_1k_queries":
+            from matplotlib.ticker import MaxNLocator
+
+            axis.xaxis.set_major_locator(MaxNLocator(3))
         if column == "index_bytes":
             from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -246,7 +250,7 @@ def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     for i, (values, names) in enumerate(groups.items()):
         label = " = ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} identical"
         axis.plot(x, list(values), marker="o", color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=safe(label, 80))
-    stamps = [str(v)[:16].replace("T", " ") for v in trend["finished_at"].to_list()]
+    stamps = [f"#{i + 1} " + str(v)[:16].replace("T", " ") for i, v in enumerate(trend["finished_at"].to_list())]
     axis.set_xticks(x, stamps, rotation=20, ha="right", fontsize=8)
     axis.set_xlim(-0.3, len(x) - 0.7)
     axis.set_ylabel(measure)

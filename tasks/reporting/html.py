@@ -149,8 +149,9 @@ def verdict_section(verdict: Verdict) -> Section:
     _table(section, verdict_frame(verdict))
     best, cheap = verdict.best["label"], verdict.cheapest["label"]
     caption = (f"{verdict.measure} of every setting with its 95% bootstrap interval over queries. Green: the best "
-               f"setting; blue: the cheapest within the best's interval (every bar reaching past the dotted line "
-               f"overlaps it). Overlapping whiskers mean the data cannot tell those settings apart.")
+               f"setting; blue: the cheapest setting within the best's interval. The dotted line is the lower end of "
+               f"the best's interval: a bar ending right of it is within the interval. Overlapping whiskers mean the "
+               f"data cannot tell those settings apart.")
     _figure(section, figures.quality_bars(verdict.settings, verdict.measure, best, cheap), f"{verdict.measure} per setting", caption)
     return section
 
@@ -164,13 +165,13 @@ def tradeoff_section(verdict: Verdict, output_dir: Path, measure: str) -> Sectio
         caption = ("Each grey dot is a setting; coloured markers joined by the step line are the Pareto front, the settings "
                    "no other setting beats on both quality and that cost. Anything below and to the right of the line is "
                    "dominated. Fronts: " + "; ".join(notes) + ".")
-        if unpriced and "USD per 1,000 queries" not in panels:
-            caption += " No provider has a price in the spec, so there is no money panel."
+        if "USD per 1,000 queries" not in panels:
+            caption += " No money panel: fewer than two settings have different prices in the spec."
         elif unpriced:
             caption += f" Not priced (left out of the money panel): {', '.join(unpriced)}."
         _figure(section, png, "quality against cost, latency and index size", caption)
     else:
-        _p(section, "No cost, latency or index size was measured for any setting.")
+        _p(section, "No trade-off plot: it needs at least two settings that differ in cost, latency or index size.")
     table = verdict.settings.select(
         setting="label", **{measure: "mean"}, ci_low="ci_low", ci_high="ci_high", queries="n",
         usd_per_1k_queries="usd_per_1k_queries", embed_p50_ms="embed_p50_ms", embed_p95_ms="embed_p95_ms",
@@ -235,15 +236,16 @@ def _failure_card(row: dict, lookup: dict, measure: str, primary: float | None) 
         title, text = lookup.get(hit["chunk_id"], ("", ""))
         shown = _snippet(title, 80) + (" — " if title and text else "") + _snippet(text, SNIPPET - min(len(title), 80))
         grade = "unjudged" if hit["grade"] is None else str(hit["grade"])
-        hits.append((hit["rank"], hit["doc_id"], shown or "(no text)", hit["score"], grade, bool(hit["relevant"])))
+        hits.append((hit["rank"], _snippet(hit["doc_id"], 40), shown or "(no text)", hit["score"], grade, bool(hit["relevant"])))
     frame = pl.DataFrame(hits, schema={"rank": pl.Int64, "doc": pl.String, "title / snippet": pl.String,
                                        "score": pl.Float64, "grade": pl.String, "_rel": pl.Boolean}, orient="row")
     relevant = frame["_rel"].to_list()
-    head = (f"<p><b>{html.escape(row['query_id'])}</b> · {html.escape(setting)} · {html.escape(score)} · "
+    query_id = _snippet(row["query_id"], 80)
+    head = (f"<p><b>{html.escape(query_id)}</b> · {html.escape(setting)} · {html.escape(score)} · "
             + " · ".join(html.escape(f) for f in facts) + "</p>")
     body = (f'<div class="failure">{head}<p class="q">{html.escape(_snippet(row["query_text"], 400))}</p>'
             + html_table(frame.drop("_rel"), row_class=lambda i: "rel" if relevant[i] else None) + "</div>")
-    md = (f"**{md_escape(row['query_id'])}** · {md_escape(setting)} · {md_escape(score)} · "
+    md = (f"**{md_escape(query_id)}** · {md_escape(setting)} · {md_escape(score)} · "
           + " · ".join(md_escape(f) for f in facts) + f"\n\n> {md_escape(_snippet(row['query_text'], 400))}\n\n"
           + md_table(frame.drop("_rel")))
     return body, md
@@ -308,6 +310,8 @@ def slices_section(output_dir: Path, verdict: Verdict) -> Section | None:
     if breakdown is None:
         return None
     measure = verdict.measure
+    if breakdown.filter(pl.col("slice_kind").is_in(["language_pair", "category"]) & (pl.col("measure") == measure)).is_empty():
+        return None
     section = Section("Languages and categories", "slices")
     # Exact (or non-ANN) settings only: ANN losses have their own section.
     exact = verdict.settings.filter(pl.col("nprobe").is_null())["label"].to_list() or verdict.settings["label"].to_list()
@@ -324,8 +328,6 @@ def slices_section(output_dir: Path, verdict: Verdict) -> Section | None:
             f"{measure} per query category with 95% intervals, for the {'top ' + str(min(6, len(shown))) + ' ' if len(shown) > 1 else ''}"
             f"exact-search setting{'s' if len(shown) > 1 else ''}. A category whose interval sits left of the "
             f"others is a weakness; wide intervals mean few queries.")
-    if len(section.blocks) == 0:
-        return None
     return section
 
 

@@ -249,7 +249,7 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
     where = "the best itself" if cheap["label"] == best["label"] else cheap["label"]
     out.append(f"Cheapest setting within the best's interval (by {verdict.cheapest_by}): {where}, {m} {cheap['mean']:.3f}; "
                f"{_cost(cheap)}; {_latency(cheap)}; "
-               f"index {fmt_bytes(cheap['index_bytes'])}.")
+               + ("index size not measured." if cheap["index_bytes"] is None else f"index {fmt_bytes(cheap['index_bytes'])}."))
     return out
 
 

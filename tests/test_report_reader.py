@@ -108,8 +108,9 @@ def test_sample_report_trims_cost_table_and_names_prices(sample_out):
     html = (sample_out / "report.html").read_text()
     cost_table = html.split("Cost ledger")[1].split("</table>")[0]
     # Only the priced provider has money columns; columns empty in every row are gone.
-    assert "usd_per_1000_queries" in cost_table and "projected_usd" in cost_table
-    assert "usd_saved_by_cache" in cost_table  # 0.0 for the priced provider is a value
+    assert "$ / 1k queries" in cost_table and "projected $" in cost_table
+    assert "$ saved by cache" in cost_table  # 0.0 for the priced provider is a value
+    assert "usd_per_million_tokens" not in cost_table and "corpus_texts" not in cost_table  # trimmed to the decision columns
     markdown = (sample_out / "report.md").read_text()
     assert markdown.startswith("# retbench: sample3") and "## Verdict" in markdown and "## Where it fails" in markdown
 

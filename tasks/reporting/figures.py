@@ -198,7 +198,9 @@ def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     for i in range(len(labels)):
         for j in range(len(pairs)):
             if values[i, j] == values[i, j]:
-                axis.text(j, i, f"{values[i, j]:.2f}\nn={counts[i, j]}", ha="center", va="center", fontsize=7)
+                dark = values[i, j] < 0.2 or values[i, j] > 0.85  # the ends of RdYlGn are dark
+                axis.text(j, i, f"{values[i, j]:.2f}\nn={counts[i, j]}", ha="center", va="center", fontsize=8,
+                          color="white" if dark else "black")
     figure.colorbar(image, ax=axis, label=measure, fraction=0.04)
     axis.set_xlabel("query language -> language of its relevant documents")
     return _png(figure)
@@ -230,7 +232,7 @@ def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     axis.set_xlim(0, 1.02)
     axis.set_xlabel(f"{measure} (mean, 95% bootstrap interval)")
     axis.grid(axis="x", alpha=0.3)
-    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(4, len(labels)))
+    axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, len(labels)), frameon=False)
     return _png(figure)
 
 

@@ -360,6 +360,10 @@ def ann_section(output_dir: Path, measure: str) -> Section | None:
 
 COST_COLUMNS = ("provider", "kind", "usd_per_million_tokens", "price_date", "token_source", "corpus_tokens", "corpus_usd",
                 "query_tokens", "usd_per_1000_queries", "usd_this_run", "usd_saved_by_cache", "projected_documents", "projected_usd")
+COST_HEADERS = {"usd_per_million_tokens": "$ / 1M tokens", "price_date": "price date", "token_source": "tokens by",
+                "corpus_tokens": "corpus tokens", "corpus_usd": "corpus $", "query_tokens": "query tokens",
+                "usd_per_1000_queries": "$ / 1k queries", "usd_this_run": "$ this run", "usd_saved_by_cache": "$ saved by cache",
+                "projected_documents": "projected docs", "projected_usd": "projected $"}
 LATENCY_COLUMNS = ("provider", "batch_size", "concurrency", "texts_per_second", "p50_ms", "p95_ms", "p99_ms")
 
 
@@ -368,8 +372,9 @@ def tables_section(output_dir: Path) -> Section | None:
     cost = read_table(output_dir, "cost")
     if cost is not None and cost.height:
         frame = trim(cost.select([c for c in COST_COLUMNS if c in cost.columns]))
+        frame = frame.rename({k: v for k, v in COST_HEADERS.items() if k in frame.columns})
         _p(section, "Cost ledger (columns without a value in any row left out; all of them are in cost.parquet). "
-                    "Tokens are counted by the provider's usage, its tokenizer, or estimated (token_source).")
+                    "Tokens are counted by the provider's usage, its tokenizer, or estimated ('tokens by').")
         _table(section, frame)
     latency = read_table(output_dir, "latency")
     if latency is not None and latency.height:

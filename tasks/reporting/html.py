@@ -51,24 +51,27 @@ CLASS_NAMES = {"absent": "Absent: nothing relevant in the top k",
 # --- cells and tables ----------------------------------------------------------------------
 
 
-def _fmt(value, decimals: int = 4) -> str:
+def _fmt(value, decimals: int | None = 4) -> str:
+    """Numbers as text; decimals None picks the places by size (ms columns span 0.1 to 10,000)."""
     if value is None:
         return ""
     if isinstance(value, float):
+        if decimals is None:
+            size = abs(value)
+            decimals = 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 1 else 4
         return f"{value:,.{decimals}f}"
     return str(value)
 
 
-def _decimals(frame: pl.DataFrame) -> list[int]:
-    """Places per column, so a column's numbers line up: 4 for scores, fewer for big numbers."""
-    places = []
+def _decimals(frame: pl.DataFrame) -> list[int | None]:
+    """Places per column: 4 for scores in [0, 1] (so they line up), by size for anything larger."""
+    places: list[int | None] = []
     for column, dtype in zip(frame.columns, frame.dtypes):
         if not dtype.is_float():
             places.append(0)
             continue
         top = frame[column].abs().max() if frame.height else None
-        top = 0.0 if top is None or top != top else top
-        places.append(0 if top >= 1000 else 1 if top >= 100 else 2 if top >= 10 else 4)
+        places.append(4 if top is None or top != top or top <= 1 else None)
     return places
 
 
@@ -400,9 +403,14 @@ def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
     _figure(section, figures.trend_plot(trend, measure), "trend",
             f"{measure} of every recorded run of this spec, oldest left, one line per setting (settings with identical "
             f"values share a line and a legend entry).")
-    latest = trend.tail(10)
-    keep = ["finished_at", "run_id"] + [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
-    _table(section, latest.select(keep).with_columns(pl.col("finished_at").cast(pl.String).str.slice(0, 16)))
+    # Settings down, the last runs across: a table that stays narrow however many settings there are.
+    latest = trend.tail(6)
+    series = [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
+    first = trend.height - latest.height
+    heads = [f"#{first + i + 1} {str(t)[:16].replace('T', ' ')}" for i, t in enumerate(latest["finished_at"].to_list())]
+    table = pl.DataFrame({"setting": series, **{h: [latest[c][i] for c in series] for i, h in enumerate(heads)}})
+    _p(section, f"The last {latest.height} runs (run ids in the history table of the store).")
+    _table(section, table)
     return section
 
 

@@ -247,8 +247,9 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
                    f"{versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} to {versus.ci_high:+.3f}, p = {versus.p_value:.3g} "
                    f"(paired randomisation test, {versus.n} queries).")
     where = "the best itself" if cheap["label"] == best["label"] else cheap["label"]
-    out.append(f"Cheapest setting within the best's interval (by {verdict.cheapest_by}): {where}, {m} {cheap['mean']:.3f}; "
-               f"{_cost(cheap)}; {_latency(cheap)}; "
+    lead = ("What it costs: " if runner is None else
+            f"Cheapest setting within the best's interval (by {verdict.cheapest_by}): {where}, {m} {cheap['mean']:.3f}; ")
+    out.append(lead + f"{_cost(cheap)}; {_latency(cheap)}; "
                + ("index size not measured." if cheap["index_bytes"] is None else f"index {fmt_bytes(cheap['index_bytes'])}."))
     return out
 

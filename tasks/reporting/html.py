@@ -98,6 +98,15 @@ def md_escape(text: str) -> str:
     return text
 
 
+def md_prose(text: str) -> str:
+    """Escape our own sentences for Markdown: inline HTML and the characters that start emphasis,
+    code or links ('(' and '+' are left alone: without '[' there is no link, and no line starts with '+')."""
+    text = html.escape(text, quote=False).replace("\n", " ").replace("\r", " ")
+    for ch in "\\`*_[]|~":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
 def md_table(frame: pl.DataFrame, max_rows: int = MAX_ROWS) -> str:
     lines = ["| " + " | ".join(md_escape(str(c)) for c in frame.columns) + " |",
              "|" + "---|" * len(frame.columns)]
@@ -494,15 +503,15 @@ def render_markdown(title: str, meta: str, sections: list[Section]) -> str:
         for block in section.blocks:
             kind = block[0]
             if kind == "p":
-                parts.append(md_escape(block[1]))
+                parts.append(md_prose(block[1]))
             elif kind == "verdict":
-                parts.append(" ".join(md_escape(s) for s in block[1]))
+                parts.append(" ".join(md_prose(s) for s in block[1]))
             elif kind == "h3":
                 parts.append(f"### {md_escape(block[1])}")
             elif kind == "table":
                 parts.append(md_table(block[1]))
             elif kind == "figure":
-                parts.append(f"*Figure: {md_escape(block[3])}*")
+                parts.append(f"*Figure: {md_prose(block[3])}*")
             elif kind == "raw":
                 parts.append(block[2])
     return "\n\n".join(parts) + "\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from tasks.analysis import history
-from tasks.reporting.html import build_report, md_escape, md_table
+from tasks.reporting.html import build_report, md_escape, md_prose, md_table
 from tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
 from tasks.config.spec import BenchmarkSpec
 from tasks.store.files import write_parquet
@@ -58,7 +58,7 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,
         previous_run=previous, baseline_run=baseline,
-        verdict=" ".join(md_escape(s) for s in verdict_sentences(verdict)) + "\n\n" + md_table(verdict_frame(verdict)),
+        verdict=" ".join(md_prose(s) for s in verdict_sentences(verdict)) + "\n\n" + md_table(verdict_frame(verdict)),
     )
 
 

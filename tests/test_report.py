@@ -115,8 +115,9 @@ def test_report_renders_offline_without_running_data(hostile_report, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     dom = result.stdout
     assert "<h1>retbench: hostile</h1>" in dom, result.stderr[-2000:]
-    for heading in ("Summary", "Language pairs", "Categories", "Exact vs approximate", "Trend across runs", "Worst failures"):
-        assert f"<h2>{heading}</h2>" in dom
+    for heading in ("Verdict", "Quality against cost, latency and size", "Regressions", "Where it fails",
+                    "Languages and categories", "Approximate search", "Cost, latency and storage"):
+        assert f">{heading}</h2>" in dom
     assert dom.count("<table>") >= 5 and 'src="data:image/png;base64,' in dom
     assert "PWNED" not in dom.split("</title>")[0]  # no payload changed the title
     assert "<script" not in dom.lower()  # payloads stayed text

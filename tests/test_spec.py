@@ -64,3 +64,13 @@ def test_not_a_mapping_and_missing_file(tmp_path):
 def test_shipped_specs_are_valid():
     for path in (ROOT / "specs").glob("*.yaml"):
         load_spec(path)
+
+
+def test_report_primary_measure_defaults_and_must_be_scored(tmp_path):
+    assert load_spec(_write(tmp_path, MINIMAL)).report.primary_measure == "ndcg@10"
+    assert load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: recall@20}\n")).report.primary_measure == "recall@20"
+    # ndcg@50 is a real measure, but with k = [5, 10, 20] the run never scores it.
+    with pytest.raises(SpecError, match=r"report\.primary_measure 'ndcg@50' is not scored by this spec \(with k=\[5, 10, 20\]"):
+        load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: ndcg@50}\n"))
+    with pytest.raises(SpecError, match=r"report\.primary_measurre: unknown key"):
+        load_spec(_write(tmp_path, MINIMAL + "report: {primary_measurre: mrr}\n"))

@@ -99,6 +99,10 @@ class HistorySpec(_Strict):
     measures: list[str] = Field(default_factory=lambda: ["ndcg@10", "recall@10", "mrr"])
 
 
+class ReportSpec(_Strict):
+    primary_measure: str = Field("ndcg@10", description="the measure the verdict ranks settings by (one the run scores)")
+
+
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
@@ -114,6 +118,7 @@ class BenchmarkSpec(_Strict):
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
     sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
+    report: ReportSpec = Field(default_factory=ReportSpec)
 
     @field_validator("k")
     @classmethod
@@ -130,6 +135,12 @@ class BenchmarkSpec(_Strict):
             raise ValueError(f"provider names must be unique; repeated: {duplicates}")
         if self.depth < max(self.k):
             raise ValueError(f"depth ({self.depth}) must be at least the largest k ({max(self.k)})")
+        from tasks.analysis.score import default_measures
+
+        scored = default_measures(self.k)
+        if self.report.primary_measure not in scored:
+            raise ValueError(f"report.primary_measure {self.report.primary_measure!r} is not scored by this spec "
+                             f"(with k={self.k}: {', '.join(scored)})")
         from tasks.providers import known_kinds
 
         for provider in self.providers:

@@ -1,54 +1,93 @@
-"""A self-contained HTML report and its Markdown twin, built from a run's tables.
+"""The report as a decision document (report.html, and report.md as its text twin): the verdict
+first, then the trade-offs, regressions, failures, slices, the ANN sweep, the cost tables and the
+trend.
 
-The HTML makes no network request: plots are PNGs inside the page as data: URLs,
-the style is inline, there is no script, and a Content-Security-Policy forbids
-loading anything else. Every piece of user text (queries, titles, ids) is escaped.
+The HTML makes no network request: plots are PNGs inside the page as data: URLs, the style is
+inline, there is no script, and a Content-Security-Policy forbids loading anything else. Every
+piece of user text (queries, titles, ids) is escaped.
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from tasks.reporting import figures
+from tasks.reporting.verdict import (SETTING, Verdict, decide, fmt_bytes, label_expr, read_table, verdict_frame,
+                                     verdict_sentences)
 from tasks.store.files import write_text
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:75rem}
-table{border-collapse:collapse;margin:0.5rem 0 1.5rem;font-size:0.85rem}
-th,td{border:1px solid #ccc;padding:0.2rem 0.5rem;text-align:left}
-th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.bad{color:#b00020;font-weight:bold} img{max-width:100%}
+body{font-family:system-ui,sans-serif;margin:1.5rem auto;padding:0 1.5rem;color:#222;max-width:70rem;line-height:1.4}
+h1{margin-bottom:0.2rem} h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:0.2rem}
+.meta{color:#666;font-size:0.85rem;margin-top:0}
+.verdict{background:#f3f8f3;border-left:4px solid #1b7837;padding:0.6rem 1rem;margin:0.8rem 0}
+.verdict p{margin:0.3rem 0}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;margin:0.4rem 0 1rem;font-size:0.83rem}
+th,td{border:1px solid #ccc;padding:0.2rem 0.45rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{background:#f0f0f0;white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.rel td{background:#eef7ee}
+.bad{color:#b00020;font-weight:bold}
+figure{margin:0.6rem 0 1.4rem} figure img{max-width:100%;height:auto;display:block}
+figcaption{font-size:0.85rem;color:#444;max-width:60rem}
+.failure{border:1px solid #ddd;border-radius:4px;padding:0.4rem 0.8rem;margin:0.6rem 0;overflow-wrap:anywhere}
+.failure .q{font-size:1rem;margin:0.2rem 0}
+.small{font-size:0.8rem;color:#555}
 """
 MAX_ROWS = 200
+FAILURES_PER_CLASS = 5
+TOP_SHOWN = 5
+SNIPPET = 160
+CLASS_NAMES = {"absent": "Absent: nothing relevant in the top k",
+               "misranked": "Misranked: relevant documents found but ranked too low",
+               "ann_lost": "Lost by ANN: exact search found a relevant document the ANN index missed"}
 
 
-def _read(output_dir: Path, name: str) -> pl.DataFrame | None:
-    path = output_dir / f"{name}.parquet"
-    return pl.read_parquet(path) if path.exists() else None
+# --- cells and tables ----------------------------------------------------------------------
 
 
-def _fmt(value) -> str:
+def _fmt(value, decimals: int | None = 4) -> str:
+    """Numbers as text; decimals None picks the places by size (ms columns span 0.1 to 10,000)."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.4f}"
+        if decimals is None:
+            size = abs(value)
+            decimals = 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 1 else 4
+        return f"{value:,.{decimals}f}"
     return str(value)
 
 
-def html_table(frame: pl.DataFrame, max_rows: int = MAX_ROWS) -> str:
+def _decimals(frame: pl.DataFrame) -> list[int | None]:
+    """Places per column: 4 for scores in [0, 1] (so they line up), by size for anything larger."""
+    places: list[int | None] = []
+    for column, dtype in zip(frame.columns, frame.dtypes):
+        if not dtype.is_float():
+            places.append(0)
+            continue
+        top = frame[column].abs().max() if frame.height else None
+        places.append(4 if top is None or top != top or top <= 1 else None)
+    return places
+
+
+def html_table(frame: pl.DataFrame, max_rows: int = MAX_ROWS, row_class=None) -> str:
+    """An escaped table inside a box that scrolls on its own, so the page never scrolls sideways."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    places = _decimals(frame)
     rows = []
-    for row in frame.head(max_rows).iter_rows():
+    for i, row in enumerate(frame.head(max_rows).iter_rows()):
         cells = "".join(
-            f'<td class="num">{html.escape(_fmt(v))}</td>' if isinstance(v, (int, float)) and not isinstance(v, bool)
-            else f"<td>{html.escape(_fmt(v))}</td>" for v in row)
-        rows.append(f"<tr>{cells}</tr>")
-    more = f"<p>{frame.height - max_rows} more rows in the Parquet table.</p>" if frame.height > max_rows else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+            f'<td class="num">{html.escape(_fmt(v, d))}</td>' if isinstance(v, (int, float)) and not isinstance(v, bool)
+            else f"<td>{html.escape(_fmt(v, d))}</td>" for v, d in zip(row, places))
+        css = row_class(i) if row_class else None
+        rows.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
+    more = f"<p class=\"small\">{frame.height - max_rows} more rows in the Parquet table.</p>" if frame.height > max_rows else ""
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{more}'
 
 
 def md_escape(text: str) -> str:
@@ -59,180 +98,420 @@ def md_escape(text: str) -> str:
     return text
 
 
+def md_prose(text: str) -> str:
+    """Escape our own sentences for Markdown: inline HTML and the characters that start emphasis,
+    code or links ('(' and '+' are left alone: without '[' there is no link, and no line starts with '+')."""
+    text = html.escape(text, quote=False).replace("\n", " ").replace("\r", " ")
+    for ch in "\\`*_[]|~":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
 def md_table(frame: pl.DataFrame, max_rows: int = MAX_ROWS) -> str:
     lines = ["| " + " | ".join(md_escape(str(c)) for c in frame.columns) + " |",
              "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(md_escape(_fmt(v)) for v in row) + " |" for row in frame.head(max_rows).iter_rows()]
+    places = _decimals(frame)
+    lines += ["| " + " | ".join(md_escape(_fmt(v, d)) for v, d in zip(row, places)) + " |" for row in frame.head(max_rows).iter_rows()]
+    if frame.height > max_rows:
+        lines.append(f"\n{frame.height - max_rows} more rows in the Parquet table.")
     return "\n".join(lines)
 
 
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+def trim(frame: pl.DataFrame, constant_ok: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Drop columns with no value in any row, and the constant ones named in `constant_ok`."""
+    keep = [c for c in frame.columns if frame[c].null_count() < frame.height
+            and not (c in constant_ok and frame[c].n_unique() <= 1)]
+    return frame.select(keep)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+def _snippet(text: str | None, limit: int = SNIPPET) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _setting(frame: pl.DataFrame) -> pl.Expr:
-    return pl.concat_str([pl.col("provider"), pl.col("index"), pl.col("nprobe").cast(pl.String).fill_null("exact")], separator="/")
+# --- the document model: a list of blocks, rendered to HTML and to Markdown ----------------
 
 
-def summary_wide(summary: pl.DataFrame) -> pl.DataFrame:
-    return (summary.pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
-            .sort(["provider", "index", "nprobe"], nulls_last=False))
+@dataclass
+class Section:
+    heading: str
+    anchor: str
+    blocks: list = field(default_factory=list)  # ("p", text) ("html_p", escaped html) ("table", frame) ("figure", png, caption) ("raw", html, md)
 
 
-def language_heatmap(breakdown: pl.DataFrame, measure: str):
-    rows = breakdown.filter((pl.col("slice_kind") == "language_pair") & (pl.col("measure") == measure))
-    if rows.is_empty():
-        return None, None
-    wide = rows.with_columns(setting=_setting(rows)).pivot(on="slice", index="setting", values="mean").sort("setting")
-    plt = _pyplot()
-    pairs = wide.columns[1:]
-    values = wide.select(pairs).to_numpy()
-    figure, axis = plt.subplots(figsize=(1.2 + 1.1 * len(pairs), 0.6 + 0.4 * wide.height))
-    image = axis.imshow(values, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    axis.set_xticks(range(len(pairs)), pairs)
-    axis.set_yticks(range(wide.height), wide["setting"].to_list())
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            if values[i, j] == values[i, j]:
-                axis.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8)
-    figure.colorbar(image, ax=axis, label=measure)
-    axis.set_title(f"{measure} by language pair (query -> document)")
-    return _png(figure), wide
+def _p(section: Section, text: str) -> None:
+    section.blocks.append(("p", text))
 
 
-def trend_plot(trend: pl.DataFrame, measure: str):
-    if trend is None or trend.height < 1:
+def _table(section: Section, frame: pl.DataFrame, **kw) -> None:
+    section.blocks.append(("table", frame, kw))
+
+
+def _figure(section: Section, png: str | None, alt: str, caption: str) -> None:
+    if png:
+        section.blocks.append(("figure", png, alt, caption))
+
+
+# --- sections -------------------------------------------------------------------------------
+
+
+def verdict_section(verdict: Verdict) -> Section:
+    section = Section("Verdict", "verdict")
+    section.blocks.append(("verdict", verdict_sentences(verdict)))
+    _table(section, verdict_frame(verdict))
+    best, cheap = verdict.best["label"], verdict.cheapest["label"]
+    caption = (f"{verdict.measure} of every setting with its 95% bootstrap interval over queries. Green: the best "
+               f"setting; blue: the cheapest setting within the best's interval. The dotted line is the lower end of "
+               f"the best's interval: a bar ending right of it is within the interval. Overlapping whiskers mean the "
+               f"data cannot tell those settings apart.")
+    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, best, cheap), f"{verdict.measure} per setting", caption)
+    return section
+
+
+def tradeoff_section(verdict: Verdict, output_dir: Path, measure: str) -> Section:
+    section = Section("Quality against cost, latency and size", "tradeoffs")
+    png, panels, fronts = figures.tradeoffs(verdict.settings, measure)
+    if png:
+        unpriced = verdict.settings.filter(pl.col("usd_per_1k_queries").is_null())["label"].to_list()
+        notes = [f"{title}: " + ", ".join(labels) for title, labels in fronts.items()]
+        caption = ("Each grey dot is a setting; coloured markers joined by the step line are the Pareto front, the settings "
+                   "no other setting beats on both quality and that cost. Anything below and to the right of the line is "
+                   "dominated. Fronts: " + "; ".join(notes) + ".")
+        if "USD per 1,000 queries" not in panels:
+            caption += " No money panel: fewer than two settings have different prices in the spec."
+        elif unpriced:
+            caption += f" Not priced (left out of the money panel): {', '.join(unpriced)}."
+        _figure(section, png, "quality against cost, latency and index size", caption)
+    else:
+        _p(section, "No trade-off plot: it needs at least two settings that differ in cost, latency or index size.")
+    table = verdict.settings.select(
+        setting="label", **{measure: "mean"}, ci_low="ci_low", ci_high="ci_high", queries="n",
+        usd_per_1k_queries="usd_per_1k_queries", embed_p50_ms="embed_p50_ms", embed_p95_ms="embed_p95_ms",
+        search_p50_ms="search_p50_ms", search_p95_ms="search_p95_ms",
+        index=pl.col("index_bytes").map_elements(fmt_bytes, return_dtype=pl.String))
+    _p(section, "Every setting, best first. Embedding latency: one text per call (latency profile); search latency: one "
+                "query, one thread (ANN sweep); empty where not measured.")
+    _table(section, trim(table))
+    comparisons = read_table(output_dir, "comparisons")
+    if comparisons is not None and comparisons.height:
+        rows = comparisons.filter(pl.col("measure") == measure)
+        if rows.height:
+            frame = pl.DataFrame({
+                "a": _labels(rows, "a_"), "b": _labels(rows, "b_"),
+            }).with_columns(rows.select("n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value"))
+            _p(section, f"Paired comparisons on {measure} (a - b over the queries both answered; 95% paired bootstrap "
+                        f"interval; p from a sign-flip randomisation test). A difference is significant when p < 0.05 "
+                        f"and the interval excludes 0.")
+            _table(section, frame.sort("p_value"))
+    return section
+
+
+def _labels(rows: pl.DataFrame, prefix: str) -> pl.Series:
+    named = rows.select(provider=f"{prefix}provider", index=f"{prefix}index", nprobe=f"{prefix}nprobe")
+    return named.select(label_expr().alias("label"))["label"]
+
+
+def regressions_section(regressions: pl.DataFrame | None) -> Section:
+    section = Section("Regressions", "regressions")
+    if regressions is None or regressions.is_empty():
+        _p(section, "No earlier run of this spec to compare with.")
+        return section
+    flagged = regressions.filter(pl.col("regression")).sort("diff")
+    against = ", ".join(f"{a} run {r}" for a, r in regressions.select("against", "reference_run_id").unique(maintain_order=True).rows())
+    if flagged.is_empty():
+        _p(section, f"No regression against the {against}: no setting got significantly worse on {', '.join(sorted(set(regressions['measure'])))}.")
+        return section
+    _p(section, f"{flagged.height} regression(s) against the {against}, worst first: the 95% interval of the paired "
+                f"difference (current - reference) lies wholly below zero.")
+    _table(section, flagged.with_columns(setting=label_expr()).select(
+        "against", "setting", "measure", "reference", "current", "diff", "ci_low", "ci_high", "p_value", "n"))
+    return section
+
+
+def _documents_lookup(texts: pl.DataFrame | None) -> dict[str, tuple[str, str]]:
+    if texts is None:
+        return {}
+    return {chunk: (title or "", text or "") for chunk, title, text in texts.select("chunk_id", "title", "text").iter_rows()}
+
+
+def _failure_card(row: dict, lookup: dict, measure: str, primary: float | None) -> tuple[str, str]:
+    """One failing query as HTML and as Markdown."""
+    facts = [f"language {row['query_language'] or '?'}", f"category {row['category'] or '?'}",
+             f"first relevant rank {row['first_relevant_rank'] if row['first_relevant_rank'] is not None else 'none retrieved'}"]
+    if row.get("exact_first_relevant_rank") is not None:
+        facts.append(f"under exact search {row['exact_first_relevant_rank']}")
+    facts.append(f"{row['relevant_judged']} relevant judged")
+    score = f"{measure} {primary:.3f}" if primary is not None else f"{row['measure']} {row['value']:.3f}"
+    setting = label_expr_py(row)
+    hits = []
+    for hit in (row["top_k"] or [])[:TOP_SHOWN]:
+        title, text = lookup.get(hit["chunk_id"], ("", ""))
+        shown = _snippet(title, 80) + (" — " if title and text else "") + _snippet(text, SNIPPET - min(len(title), 80))
+        grade = "unjudged" if hit["grade"] is None else str(hit["grade"])
+        hits.append((hit["rank"], _snippet(hit["doc_id"], 40), shown or "(no text)", hit["score"], grade, bool(hit["relevant"])))
+    frame = pl.DataFrame(hits, schema={"rank": pl.Int64, "doc": pl.String, "title / snippet": pl.String,
+                                       "score": pl.Float64, "grade": pl.String, "_rel": pl.Boolean}, orient="row")
+    relevant = frame["_rel"].to_list()
+    query_id = _snippet(row["query_id"], 80)
+    head = (f"<p><b>{html.escape(query_id)}</b> · {html.escape(setting)} · {html.escape(score)} · "
+            + " · ".join(html.escape(f) for f in facts) + "</p>")
+    body = (f'<div class="failure">{head}<p class="q">{html.escape(_snippet(row["query_text"], 400))}</p>'
+            + html_table(frame.drop("_rel"), row_class=lambda i: "rel" if relevant[i] else None) + "</div>")
+    md = (f"**{md_escape(query_id)}** · {md_escape(setting)} · {md_escape(score)} · "
+          + " · ".join(md_escape(f) for f in facts) + f"\n\n> {md_escape(_snippet(row['query_text'], 400))}\n\n"
+          + md_table(frame.drop("_rel")))
+    return body, md
+
+
+def label_expr_py(row: dict) -> str:
+    return f"{row['provider']} {row['index']}" + ("" if row["nprobe"] is None else f" nprobe={row['nprobe']}")
+
+
+def failures_section(output_dir: Path, verdict: Verdict, texts: pl.DataFrame | None) -> Section:
+    section = Section("Where it fails", "failures")
+    failures = read_table(output_dir, "failures")
+    if failures is None or failures.is_empty():
+        _p(section, "No query scored below the failure threshold.")
+        return section
+    measure = verdict.measure
+    per_query = read_table(output_dir, "per_query")
+    if per_query is not None:
+        primary = per_query.filter(pl.col("measure") == measure).select(*SETTING, "query_id", primary="value")
+        failures = failures.join(primary, on=[*SETTING, "query_id"], how="left", nulls_equal=True)
+    else:
+        failures = failures.with_columns(primary=pl.lit(None, pl.Float64))
+    threshold_measure = failures["measure"][0]
+    counts = (failures.with_columns(setting=label_expr()).group_by("setting", "failure_class").agg(pl.len())
+              .pivot(on="failure_class", index="setting", values="len").fill_null(0))
+    order = verdict.settings["label"].to_list()
+    for name in ("absent", "misranked", "ann_lost"):
+        if name not in counts.columns:
+            counts = counts.with_columns(pl.lit(0, pl.UInt32).alias(name))
+    counts = (counts.with_columns(total=pl.col("absent") + pl.col("misranked") + pl.col("ann_lost"),
+                                  _order=pl.col("setting").replace_strict({l: i for i, l in enumerate(order)}, default=len(order)))
+              .sort("_order").drop("_order").select("setting", "absent", "misranked", "ann_lost", "total")
+              .rename({"ann_lost": "lost by ANN"}))
+    _p(section, f"Failing queries per setting and class (a query fails when its {threshold_measure} is below the "
+                f"failure threshold), best setting first.")
+    _table(section, counts)
+    best = verdict.best
+    is_best = (pl.col("provider") == best["provider"]) & (pl.col("index") == best["index"]) & pl.col("nprobe").eq_missing(best["nprobe"])
+    lookup = _documents_lookup(texts)
+    groups = [(cls, failures.filter(is_best & (pl.col("failure_class") == cls))) for cls in ("absent", "misranked")]
+    lost = failures.filter((pl.col("failure_class") == "ann_lost") & (pl.col("provider") == best["provider"]))
+    if lost.is_empty():
+        lost = failures.filter(pl.col("failure_class") == "ann_lost")
+    groups.append(("ann_lost", lost.sort("primary", nulls_last=True).unique("query_id", keep="first", maintain_order=True)))
+    _p(section, f"The worst queries of the best setting ({best['label']}) by {measure}, grouped by why they fail; "
+                f"for 'lost by ANN', the worst queries an approximate index of the same provider lost. Top {TOP_SHOWN} "
+                f"hits each; green rows are relevant, grade 'unjudged' means no judgment exists for that document.")
+    for cls, rows in groups:
+        if rows.is_empty():
+            continue
+        rows = rows.sort("primary", nulls_last=True)
+        cards = [_failure_card(r, lookup, measure, r["primary"]) for r in rows.head(FAILURES_PER_CLASS).iter_rows(named=True)]
+        section.blocks.append(("h3", f"{CLASS_NAMES[cls]} ({rows.height} {'queries' if rows.height != 1 else 'query'}"
+                                     f"{', worst ' + str(len(cards)) + ' shown' if rows.height > len(cards) else ''})"))
+        for body, md in cards:
+            section.blocks.append(("raw", body, md))
+    return section
+
+
+def slices_section(output_dir: Path, verdict: Verdict) -> Section | None:
+    breakdown = read_table(output_dir, "breakdown")
+    if breakdown is None:
         return None
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(8, 3.5))
-    for column in trend.columns[3:]:
-        axis.plot(trend["finished_at"].to_list(), trend[column].to_list(), marker="o", label=column)
-    axis.set_ylabel(measure)
-    axis.set_title(f"{measure} per run")
-    axis.legend(fontsize=7, loc="best")
-    figure.autofmt_xdate()
-    return _png(figure)
-
-
-def cost_quality_plot(cost: pl.DataFrame, summary: pl.DataFrame, measure: str):
-    if cost is None or cost.is_empty() or "usd_per_1k_queries" not in cost.columns:
+    measure = verdict.measure
+    if breakdown.filter(pl.col("slice_kind").is_in(["language_pair", "category"]) & (pl.col("measure") == measure)).is_empty():
         return None
-    quality = summary.filter((pl.col("index") == "flat") & (pl.col("measure") == measure)).select("provider", "value")
-    joined = cost.join(quality, on="provider", how="inner")
-    if joined.is_empty():
-        return None
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    axis.scatter(joined["corpus_usd"].to_list(), joined["value"].to_list())
-    for provider, x, y in joined.select("provider", "corpus_usd", "value").iter_rows():
-        axis.annotate(provider, (x, y), fontsize=8)
-    axis.set_xlabel("cost to embed the corpus (USD)")
-    axis.set_ylabel(f"{measure} (flat)")
-    axis.set_title("cost vs quality")
-    return _png(figure)
+    section = Section("Languages and categories", "slices")
+    # Exact (or non-ANN) settings only: ANN losses have their own section.
+    exact = verdict.settings.filter(pl.col("nprobe").is_null())["label"].to_list() or verdict.settings["label"].to_list()
+    shown = exact[:8]
+    pairs = breakdown.filter((pl.col("slice_kind") == "language_pair") & (pl.col("measure") == measure))["slice"].n_unique()
+    png = figures.language_matrix(breakdown, measure, shown)
+    _figure(section, png, "language pair matrix",
+            f"{measure} by language pair (query language -> language of its relevant documents), one row per "
+            f"exact-search setting; n is the number of queries in the cell. Red cells are where a model collapses "
+            f"on a language.")
+    if png is None:
+        _p(section, f"{'One language pair' if pairs == 1 else 'No language pair'} in this data set: no language matrix.")
+    _figure(section, figures.categories_plot(breakdown, measure, shown[:6]), "categories",
+            f"{measure} per query category with 95% intervals, for the {'top ' + str(min(6, len(shown))) + ' ' if len(shown) > 1 else ''}"
+            f"exact-search setting{'s' if len(shown) > 1 else ''}. A category whose interval sits left of the "
+            f"others is a weakness; wide intervals mean few queries.")
+    return section
 
 
-def latency_plot(latency: pl.DataFrame):
-    if latency is None or latency.is_empty():
+def ann_section(output_dir: Path, measure: str) -> Section | None:
+    sweep = read_table(output_dir, "ann_sweep")
+    ann = read_table(output_dir, "ann_vs_exact")
+    if (sweep is None or sweep.is_empty()) and (ann is None or ann.is_empty()):
         return None
-    rows = latency.filter(pl.col("concurrency") == 1) if "concurrency" in latency.columns else latency
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    for (provider,), group in rows.sort("batch_size").group_by("provider", maintain_order=True):
-        axis.plot(group["batch_size"].to_list(), group["texts_per_second"].to_list(), marker="o", label=str(provider))
-    axis.set_xscale("log")
-    axis.set_xlabel("batch size")
-    axis.set_ylabel("texts / second")
-    axis.legend(fontsize=8)
-    axis.set_title("throughput by batch size")
-    return _png(figure)
+    section = Section("Approximate search", "ann")
+    recommendation_path = output_dir / "ann_recommendation.json"
+    recommendations = json.loads(recommendation_path.read_text()) if recommendation_path.exists() else {}
+    if sweep is not None and sweep.height:
+        _figure(section, figures.sweep_plot(sweep, recommendations.get("recommendations", {})), "recall against speed",
+                "Neighbour recall (share of exact search's top k that the index returns) against batched queries per "
+                "second, log scale, per provider; one line per built index, the star is exact search. Red ring: the "
+                "recommended setting, the fastest whose quality loss stays within the sweep's budget.")
+        for line in recommendations.get("lines", []):
+            _p(section, "Recommended: " + line)
+    if ann is not None and ann.height:
+        wide = (ann.filter(pl.col("measure").is_in([measure, "overlap@10"]))
+                .with_columns(setting=label_expr())
+                .pivot(on="measure", index="setting", values=["exact", "approximate", "delta"]))
+        keep = ["setting"] + [c for c in wide.columns if c != "setting" and wide[c].null_count() < wide.height
+                              and not c.startswith("exact_overlap")]
+        _p(section, f"What the IVF settings of the run lose against exact search on the same vectors ({measure}; "
+                    f"overlap@10 = share of exact search's top 10 kept).")
+        _table(section, wide.select(keep))
+    return section
+
+
+COST_COLUMNS = ("provider", "kind", "usd_per_million_tokens", "price_date", "token_source", "corpus_tokens", "corpus_usd",
+                "query_tokens", "usd_per_1000_queries", "usd_this_run", "usd_saved_by_cache", "projected_documents", "projected_usd")
+COST_HEADERS = {"usd_per_million_tokens": "$ / 1M tokens", "price_date": "price date", "token_source": "tokens by",
+                "corpus_tokens": "corpus tokens", "corpus_usd": "corpus $", "query_tokens": "query tokens",
+                "usd_per_1000_queries": "$ / 1k queries", "usd_this_run": "$ this run", "usd_saved_by_cache": "$ saved by cache",
+                "projected_documents": "projected docs", "projected_usd": "projected $"}
+LATENCY_COLUMNS = ("provider", "batch_size", "concurrency", "texts_per_second", "p50_ms", "p95_ms", "p99_ms")
+
+
+def tables_section(output_dir: Path) -> Section | None:
+    section = Section("Cost, latency and storage", "tables")
+    cost = read_table(output_dir, "cost")
+    if cost is not None and cost.height:
+        frame = trim(cost.select([c for c in COST_COLUMNS if c in cost.columns]))
+        frame = frame.rename({k: v for k, v in COST_HEADERS.items() if k in frame.columns})
+        _p(section, "Cost ledger (columns without a value in any row left out; all of them are in cost.parquet). "
+                    "Tokens are counted by the provider's usage, its tokenizer, or estimated ('tokens by').")
+        _table(section, frame)
+    latency = read_table(output_dir, "latency")
+    if latency is not None and latency.height:
+        frame = trim(latency.select([c for c in LATENCY_COLUMNS if c in latency.columns]), constant_ok=("concurrency",))
+        _p(section, "Embedding latency by batch size: texts per second and per-call percentiles (ms).")
+        _table(section, frame.sort([c for c in ("provider", "batch_size", "concurrency") if c in frame.columns]))
+    storage = read_table(output_dir, "storage")
+    if storage is not None and storage.height:
+        frame = storage.select(
+            "provider", "index", "vectors", "dim",
+            raw_vectors=pl.col("raw_vector_bytes").map_elements(fmt_bytes, return_dtype=pl.String),
+            index_size=pl.col("index_bytes").map_elements(fmt_bytes, return_dtype=pl.String),
+            bytes_per_vector="index_bytes_per_vector")
+        _p(section, "Storage: raw float32 vectors and each index file as measured on disk.")
+        _table(section, trim(frame))
+    return section if section.blocks else None
+
+
+def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
+    if trend is None or trend.height < 2:
+        return None
+    section = Section("Trend across runs", "trend")
+    _figure(section, figures.trend_plot(trend, measure), "trend",
+            f"{measure} of every recorded run of this spec, oldest left, one line per setting (settings with identical "
+            f"values share a line and a legend entry).")
+    # Settings down, the last runs across: a table that stays narrow however many settings there are.
+    latest = trend.tail(6)
+    series = [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
+    first = trend.height - latest.height
+    heads = [f"#{first + i + 1} {str(t)[:16].replace('T', ' ')}" for i, t in enumerate(latest["finished_at"].to_list())]
+    table = pl.DataFrame({"setting": series, **{h: [latest[c][i] for c in series] for i, h in enumerate(heads)}})
+    _p(section, f"The last {latest.height} runs (run ids in the history table of the store).")
+    _table(section, table)
+    return section
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+def _meta(output_dir: Path) -> str:
+    path = output_dir / "manifest.json"
+    if not path.exists():
+        return ""
+    manifest = json.loads(path.read_text())
+    dataset, run = manifest.get("dataset", {}), manifest.get("run", {})
+    parts = [f"data set {dataset.get('name', '?')}: {dataset.get('documents', '?')} documents, {dataset.get('queries', '?')} queries, "
+             f"{dataset.get('judgments', '?')} judgments"]
+    if run.get("finished_at"):
+        parts.append(f"finished {str(run['finished_at'])[:19].replace('T', ' ')} UTC")
+    if run.get("git_commit"):
+        parts.append(f"commit {str(run['git_commit'])[:10]}")
+    return " · ".join(parts)
 
 
 def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None = None,
-                 regressions: pl.DataFrame | None = None, measure: str = "ndcg@10") -> tuple[Path, Path]:
-    """Write report.html and report.md from the tables in `output_dir`; returns both paths."""
+                 regressions: pl.DataFrame | None = None, measure: str = "ndcg@10",
+                 texts: pl.DataFrame | None = None, verdict: Verdict | None = None) -> tuple[Path, Path]:
+    """Write report.html and report.md from the tables in `output_dir`; returns both paths.
+
+    `texts` (chunk_id, title, text) gives the failures their titles and snippets.
+    """
     output_dir = Path(output_dir)
-    summary = _read(output_dir, "summary")
-    if summary is None:
-        raise FileNotFoundError(f"{output_dir / 'summary.parquet'} not found: run the score stage first")
-    sections: list[tuple[str, str | None, pl.DataFrame | None, str]] = []  # (heading, png, table, note)
-
-    sections.append(("Summary", None, summary_wide(summary), "Means over queries; nprobe empty = exact search."))
-    if regressions is not None and not regressions.is_empty():
-        flagged = regressions.filter(pl.col("regression"))
-        note = f"{flagged.height} regression(s): the 95% interval of the paired difference lies below zero." if flagged.height else "No regression."
-        sections.append(("Regressions", None, flagged if flagged.height else regressions, note))
-    breakdown = _read(output_dir, "breakdown")
-    if breakdown is not None:
-        png, wide = language_heatmap(breakdown, measure)
-        if png:
-            sections.append(("Language pairs", png, wide, "Query language -> language of its relevant documents."))
-        categories = breakdown.filter((pl.col("slice_kind") == "category") & (pl.col("measure") == measure) & (pl.col("index") == "flat"))
-        if categories.height:
-            sections.append(("Categories", None, categories.select("provider", "slice", "mean", "ci_low", "ci_high", "n"), f"{measure}, exact search, 95% bootstrap intervals."))
-    ann_table = _read(output_dir, "ann_vs_exact")
-    if ann_table is not None and ann_table.height:
-        sections.append(("Exact vs approximate", None, ann_table.filter(pl.col("measure").is_in([measure, "overlap@10", "recall@10", "mrr"])), "What the IVF index loses against flat search on the same vectors."))
-    sweep = _read(output_dir, "ann_sweep")
-    if sweep is not None and sweep.height:
-        sections.append(("ANN sweep", None, sweep, ""))
-    latency = _read(output_dir, "latency")
-    if latency is not None and latency.height:
-        sections.append(("Latency by batch size", latency_plot(latency), latency, ""))
-    cost = _read(output_dir, "cost")
-    if cost is not None and cost.height:
-        sections.append(("Cost vs quality", cost_quality_plot(cost, summary, measure), cost, ""))
-    if trend is not None and trend.height:
-        sections.append(("Trend across runs", trend_plot(trend, measure), trend, f"{measure} of every recorded run of this spec."))
-    failures = _read(output_dir, "failures")
-    if failures is not None and failures.height:
-        worst = failures.sort("value").head(20)
-        keep = [c for c in ("provider", "index", "nprobe", "query_id", "query", "query_language", "category", "value", "first_relevant_rank", "failure_class") if c in worst.columns]
-        sections.append(("Worst failures", None, worst.select(keep), "The 20 lowest-scoring queries across settings."))
-
-    html_path = write_text(output_dir / "report.html", _html(title, sections))
-    md_path = write_text(output_dir / "report.md", _markdown(title, sections))
+    verdict = verdict if verdict is not None else decide(output_dir, measure)
+    sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
+                regressions_section(regressions), failures_section(output_dir, verdict, texts),
+                slices_section(output_dir, verdict), ann_section(output_dir, measure), tables_section(output_dir),
+                trend_section(trend, measure)]
+    sections = [s for s in sections if s is not None]
+    meta = _meta(output_dir)
+    html_path = write_text(output_dir / "report.html", render_html(title, meta, sections))
+    md_path = write_text(output_dir / "report.md", render_markdown(title, meta, sections))
     return html_path, md_path
 
 
-def _html(title: str, sections) -> str:
+def render_html(title: str, meta: str, sections: list[Section]) -> str:
     body = [f"<h1>{html.escape(title)}</h1>"]
-    for heading, png, table, note in sections:
-        body.append(f"<h2>{html.escape(heading)}</h2>")
-        if note:
-            body.append(f"<p>{html.escape(note)}</p>")
-        if png:
-            body.append(f'<img alt="{html.escape(heading)}" src="data:image/png;base64,{png}">')
-        if table is not None:
-            body.append(html_table(table))
+    if meta:
+        body.append(f'<p class="meta">{html.escape(meta)}</p>')
+    body.append('<p class="meta">' + " · ".join(f'<a href="#{s.anchor}">{html.escape(s.heading)}</a>' for s in sections) + "</p>")
+    for section in sections:
+        body.append(f'<h2 id="{section.anchor}">{html.escape(section.heading)}</h2>')
+        for block in section.blocks:
+            kind = block[0]
+            if kind == "p":
+                body.append(f"<p>{html.escape(block[1])}</p>")
+            elif kind == "verdict":
+                body.append('<div class="verdict">' + "".join(f"<p>{html.escape(s)}</p>" for s in block[1]) + "</div>")
+            elif kind == "h3":
+                body.append(f"<h3>{html.escape(block[1])}</h3>")
+            elif kind == "table":
+                body.append(html_table(block[1], **block[2]))
+            elif kind == "figure":
+                _, png, alt, caption = block
+                body.append(f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+                            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+            elif kind == "raw":
+                body.append(block[1])
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
         + "\n".join(body) + "</body></html>\n"
     )
 
 
-def _markdown(title: str, sections) -> str:
+def render_markdown(title: str, meta: str, sections: list[Section]) -> str:
     parts = [f"# {md_escape(title)}"]
-    for heading, _, table, note in sections:
-        parts.append(f"## {md_escape(heading)}")
-        if note:
-            parts.append(md_escape(note))
-        if table is not None:
-            parts.append(md_table(table))
+    if meta:
+        parts.append(md_escape(meta))
+    parts.append("Plots are in report.html.")
+    for section in sections:
+        parts.append(f"## {md_escape(section.heading)}")
+        for block in section.blocks:
+            kind = block[0]
+            if kind == "p":
+                parts.append(md_prose(block[1]))
+            elif kind == "verdict":
+                parts.append(" ".join(md_prose(s) for s in block[1]))
+            elif kind == "h3":
+                parts.append(f"### {md_escape(block[1])}")
+            elif kind == "table":
+                parts.append(md_table(block[1]))
+            elif kind == "figure":
+                parts.append(f"*Figure: {md_prose(block[3])}*")
+            elif kind == "raw":
+                parts.append(block[2])
     return "\n\n".join(parts) + "\n"

@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 
 from tasks.analysis import history
-from tasks.reporting.html import build_report
+from tasks.reporting.html import build_report, md_escape, md_prose, md_table
+from tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
 from tasks.config.spec import BenchmarkSpec
 from tasks.store.files import write_parquet
 
@@ -21,6 +22,7 @@ class Published:
     regressions: int
     previous_run: str | None
     baseline_run: str | None
+    verdict: str = ""  # the verdict paragraph and table, Markdown
 
 
 def publish(spec: BenchmarkSpec, run_id: str) -> Published:
@@ -47,13 +49,41 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
 
     if settings.enabled:
         history.append_run(store, run_id, manifest, summary, per_query)
-    trend = history.trend_table(store, spec.name) if settings.enabled else None
-    html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found)
+    measure = spec.report.primary_measure
+    trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
+    verdict = decide(output_dir, measure)
+    html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
+                                      measure=measure, texts=report_texts(manifest), verdict=verdict)
     return Published(
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,
         previous_run=previous, baseline_run=baseline,
+        verdict=" ".join(md_prose(s) for s in verdict_sentences(verdict)) + "\n\n" + md_table(verdict_frame(verdict)),
     )
+
+
+def report_texts(manifest: dict) -> pl.DataFrame | None:
+    """chunk_id, doc_id, title, text of the run's chunks, for the failures' titles and snippets
+    (read from the store paths the manifest records; None when they are gone)."""
+    chunks = Path(manifest.get("chunks", {}).get("path") or "")
+    corpus = Path(manifest.get("dataset", {}).get("path") or "") / "corpus.parquet"
+    if not chunks.is_file() or not corpus.is_file():
+        return None
+    titles = pl.read_parquet(corpus, columns=["doc_id", "title"])
+    return pl.read_parquet(chunks, columns=["chunk_id", "doc_id", "text"]).join(titles, on="doc_id", how="left")
+
+
+def verdict_markdown(published: Published) -> str:
+    """The Prefect artifact: the verdict paragraph and table, the regression line, and where the full report is."""
+    parts = [published.verdict or "No verdict (the report was not built)."]
+    if published.regressions:
+        parts.append(f"**{published.regressions} regression(s)** against "
+                     f"{', '.join(r for r in (published.previous_run, published.baseline_run) if r)}; see the report.")
+    elif published.regressions_path is not None:
+        parts.append("No regression against the earlier run(s).")
+    parts.append(f"Full report: [{md_escape(published.html)}]({Path(published.html).resolve().as_uri()}) "
+                 f"(Markdown twin: `{published.markdown}`)")
+    return "\n\n".join(parts)
 
 
 def regressions_markdown(published: Published) -> str:

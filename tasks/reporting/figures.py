@@ -1,0 +1,261 @@
+"""The report's plots (matplotlib, Agg): each function returns a PNG as base64 text, or None when
+the data to draw it is missing. Labels are placed in legends or on axes, never on top of points."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import polars as pl
+
+DPI = 100
+WIDTH = 10.0  # inches: 1000 px, inside the page's 1100 px column
+BEST, CHEAP, OTHER = "#1b7837", "#2166ac", "#9e9e9e"
+
+
+def safe(text: str, limit: int = 40) -> str:
+    """Data text as a matplotlib label: '$' would start mathtext (and a parse error), long text is cut."""
+    text = " ".join(str(text).split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(figure) -> str:
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str) -> str:
+    """Horizontal bars of the measure per setting, best at the top, 95% interval whiskers."""
+    plt = _pyplot()
+    rows = settings.sort("mean", descending=False, nulls_last=False)
+    labels = rows["label"].to_list()
+    means = rows["mean"].to_list()
+    low = [m - lo if lo is not None else 0.0 for m, lo in zip(means, rows["ci_low"].to_list())]
+    high = [hi - m if hi is not None else 0.0 for m, hi in zip(means, rows["ci_high"].to_list())]
+    colours = [BEST if label == best else CHEAP if label == cheapest else OTHER for label in labels]
+    figure, axis = plt.subplots(figsize=(WIDTH, 0.9 + 0.32 * len(labels)))
+    axis.barh(range(len(labels)), means, xerr=[low, high], color=colours, capsize=3, error_kw={"elinewidth": 1})
+    axis.set_yticks(range(len(labels)), [safe(l) for l in labels], fontsize=9)
+    axis.set_xlabel(f"{measure} (mean over queries, 95% bootstrap interval)")
+    axis.set_xlim(0, min(1.0, max(h + m for h, m in zip(high, means)) * 1.05 or 1.0))
+    best_low = settings.filter(pl.col("label") == best)["ci_low"].to_list()
+    if best_low and best_low[0] is not None:
+        axis.axvline(best_low[0], color=BEST, linestyle=":", linewidth=1)
+    axis.grid(axis="x", alpha=0.3)
+    return _png(figure)
+
+
+def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Points (cost, quality, label) no other point beats on both (lower cost, higher quality)."""
+    front, best_quality = [], float("-inf")
+    for x, y, label in sorted(points, key=lambda p: (p[0], -p[1])):
+        if y > best_quality:
+            front.append((x, y, label))
+            best_quality = y
+    return front
+
+
+TRADEOFFS = (
+    ("usd_per_1k_queries", "USD per 1,000 queries", False),
+    ("query_p95_ms", "p95 query latency (ms, embed + search)", True),
+    ("index_bytes", "index size on disk", True),
+)
+
+
+def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[str], dict[str, list[str]]]:
+    """Quality against cost, latency and index size, one panel each where measured, Pareto
+    fronts as step lines; returns the PNG, the panels drawn and each panel's front labels."""
+    # A panel needs two settings at different costs, or there is no trade-off to see.
+    panels = [(c, t, log) for c, t, log in TRADEOFFS if c in settings.columns and settings[c].drop_nulls().n_unique() >= 2]
+    if not panels:
+        return None, [], {}
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(panels), figsize=(WIDTH, 3.6), sharey=True, squeeze=False)
+    fronts: dict[str, list[str]] = {}
+    markers = "osD^vP*X<>hp"
+    front_labels: list[str] = []
+    for axis, (column, title, log) in zip(axes[0], panels):
+        rows = settings.filter(pl.col(column).is_not_null())
+        points = list(zip(rows[column].to_list(), rows["mean"].to_list(), rows["label"].to_list()))
+        front = pareto_front(points)
+        fronts[title] = [p[2] for p in front]
+        axis.scatter([p[0] for p in points], [p[1] for p in points], color=OTHER, s=18, zorder=2)
+        axis.step([p[0] for p in front], [p[1] for p in front], where="post", color=BEST, linewidth=1, zorder=1)
+        for x, y, label in front:
+            if label not in front_labels:
+                front_labels.append(label)
+            i = front_labels.index(label)
+            axis.scatter([x], [y], marker=markers[i % len(markers)], s=60, color=f"C{i % 10}", zorder=3,
+                         label=safe(label))
+        xs = [p[0] for p in points]
+        if log and min(xs) > 0 and max(xs) / min(xs) > 20:
+            axis.set_xscale("log")
+        if column == "usd_per_1k_queries":
+            from matplotlib.ticker import MaxNLocator
+
+            axis.xaxis.set_major_locator(MaxNLocator(3))
+        if column == "index_bytes":
+            from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+            from tasks.reporting.verdict import fmt_bytes
+
+            axis.xaxis.set_major_locator(MaxNLocator(4))
+            axis.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(v)))
+        axis.set_xlabel(title, fontsize=9)
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel(measure)
+    handles = {}
+    for axis in axes[0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  ncol=min(4, max(1, len(handles))), fontsize=8, title="on a Pareto front", title_fontsize=8)
+    figure.tight_layout()
+    return _png(figure), [t for _, t, _ in panels], fronts
+
+
+def sweep_plot(sweep: pl.DataFrame, recommendations: dict) -> str | None:
+    """Neighbour recall@k vs batched QPS per provider, one line per built index, recommended ringed."""
+    recall = next((c for c in sweep.columns if c.startswith("neighbour_recall@")), None)
+    if recall is None or "qps_batch" not in sweep.columns or sweep.is_empty():
+        return None
+    plt = _pyplot()
+    providers = sweep["provider"].unique(maintain_order=True).to_list()
+    columns = min(3, len(providers))
+    rows_n = -(-len(providers) // columns)
+    figure, axes = plt.subplots(rows_n, columns, figsize=(WIDTH, 3.3 * rows_n + 0.8), squeeze=False, sharey=True)
+    kinds: dict[str, int] = {}
+    for i, provider in enumerate(providers):
+        axis = axes[i // columns][i % columns]
+        table = sweep.filter(pl.col("provider") == provider)
+        for (kind, build), group in table.group_by(["index_kind", "build_params"], maintain_order=True):
+            name = kind if build in (None, "{}") else f"{kind} " + ", ".join(
+                f"{a}={b}" for a, b in json.loads(build).items() if a not in ("seed", "train_size"))
+            colour = kinds.setdefault(name, len(kinds))
+            group = group.sort("qps_batch")
+            axis.plot(group[recall].to_list(), group["qps_batch"].to_list(), marker="*" if kind == "flat" else "o",
+                      markersize=9 if kind == "flat" else 4, color=f"C{colour % 10}", label=safe(name, 60))
+        pick = recommendations.get(provider)
+        if pick:
+            chosen = table.filter((pl.col("index_kind") == pick["index_kind"])
+                                  & (pl.col("build_params").map_elements(lambda s: json.loads(s or "{}") == pick["build_params"], return_dtype=pl.Boolean))
+                                  & (pl.col("query_params").map_elements(lambda s: json.loads(s or "{}") == pick["query_params"], return_dtype=pl.Boolean)))
+            if chosen.height:
+                axis.scatter(chosen[recall].to_list(), chosen["qps_batch"].to_list(), s=220, facecolors="none",
+                             edgecolors="red", linewidths=2, zorder=5, label="recommended")
+        axis.set_yscale("log")
+        axis.set_title(safe(provider), fontsize=10)
+        axis.set_xlabel(f"{recall} (vs exact search)", fontsize=9)
+        axis.grid(True, which="both", alpha=0.3)
+    for j in range(len(providers), rows_n * columns):
+        axes[j // columns][j % columns].set_visible(False)
+    axes[0][0].set_ylabel("queries / second (batched)")
+    handles = {}
+    for axis in axes.flat:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.tight_layout()
+    figure.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  ncol=min(4, len(handles)), fontsize=8)
+    return _png(figure)
+
+
+def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
+    """Settings x language pairs, cells coloured by the measure with the mean and n written in;
+    None unless there are at least two pairs."""
+    from tasks.reporting.verdict import label_expr
+
+    rows = breakdown.filter((pl.col("slice_kind") == "language_pair") & (pl.col("measure") == measure)).with_columns(label=label_expr())
+    rows = rows.filter(pl.col("label").is_in(labels))
+    pairs = sorted(rows["slice"].unique().to_list())
+    if len(pairs) < 2:
+        return None
+    plt = _pyplot()
+    import numpy as np
+
+    values = np.full((len(labels), len(pairs)), np.nan)
+    counts = np.zeros((len(labels), len(pairs)), dtype=int)
+    for label, pair, mean, n in rows.select("label", "slice", "mean", "n").iter_rows():
+        values[labels.index(label), pairs.index(pair)] = mean
+        counts[labels.index(label), pairs.index(pair)] = n
+    figure, axis = plt.subplots(figsize=(min(WIDTH, 2.5 + 1.1 * len(pairs)), 0.9 + 0.42 * len(labels)))
+    image = axis.imshow(values, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    axis.set_xticks(range(len(pairs)), [safe(p, 24) for p in pairs], rotation=30, ha="right", fontsize=9)
+    axis.set_yticks(range(len(labels)), [safe(l) for l in labels], fontsize=9)
+    for i in range(len(labels)):
+        for j in range(len(pairs)):
+            if values[i, j] == values[i, j]:
+                dark = values[i, j] < 0.2 or values[i, j] > 0.85  # the ends of RdYlGn are dark
+                axis.text(j, i, f"{values[i, j]:.2f}\nn={counts[i, j]}", ha="center", va="center", fontsize=8,
+                          color="white" if dark else "black")
+    figure.colorbar(image, ax=axis, label=measure, fraction=0.04)
+    axis.set_xlabel("query language -> language of its relevant documents")
+    return _png(figure)
+
+
+def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
+    """Per category: mean and 95% interval of each setting in `labels`, dodged side by side."""
+    from tasks.reporting.verdict import label_expr
+
+    rows = (breakdown.filter((pl.col("slice_kind") == "category") & (pl.col("measure") == measure))
+            .with_columns(label=label_expr()).filter(pl.col("label").is_in(labels)))
+    if rows.is_empty():
+        return None
+    categories = sorted(rows["slice"].unique().to_list())
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(WIDTH, 0.9 + 0.3 * len(categories) * max(1, len(labels)) ** 0.5 + 0.4))
+    step = 0.8 / max(1, len(labels))
+    for s, label in enumerate(labels):
+        part = rows.filter(pl.col("label") == label)
+        ys, means, low, high = [], [], [], []
+        for category, mean, lo, hi in part.select("slice", "mean", "ci_low", "ci_high").iter_rows():
+            ys.append(categories.index(category) - 0.4 + step * (s + 0.5))
+            means.append(mean)
+            low.append(mean - (lo if lo is not None else mean))
+            high.append((hi if hi is not None else mean) - mean)
+        axis.errorbar(means, ys, xerr=[low, high], fmt="o", markersize=4, capsize=2, color=f"C{s % 10}", label=safe(label))
+    axis.set_yticks(range(len(categories)), [safe(c, 30) for c in categories], fontsize=9)
+    axis.invert_yaxis()
+    axis.set_xlim(0, 1.02)
+    axis.set_xlabel(f"{measure} (mean, 95% bootstrap interval)")
+    axis.grid(axis="x", alpha=0.3)
+    axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, len(labels)), frameon=False)
+    return _png(figure)
+
+
+def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
+    """One line per setting across runs (x = runs in order, labelled by date); settings whose
+    series are identical share one line and one legend entry, so no series hides behind another."""
+    if trend is None or trend.height < 2:
+        return None
+    series = [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
+    groups: dict[tuple, list[str]] = {}
+    for column in series:
+        key = tuple(None if v is None else round(v, 6) for v in trend[column].to_list())
+        groups.setdefault(key, []).append(column)
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(WIDTH, 3.8))
+    x = list(range(trend.height))
+    for i, (values, names) in enumerate(groups.items()):
+        label = " = ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} identical"
+        axis.plot(x, list(values), marker="o", color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=safe(label, 80))
+    stamps = [f"#{i + 1} " + str(v)[:16].replace("T", " ") for i, v in enumerate(trend["finished_at"].to_list())]
+    axis.set_xticks(x, stamps, rotation=20, ha="right", fontsize=8)
+    axis.set_xlim(-0.3, len(x) - 0.7)
+    axis.set_ylabel(measure)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _png(figure)

@@ -18,7 +18,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from tasks.config.spec import load_spec, slug
 from tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
-from tasks.reporting.publish import Published, regressions_markdown
+from tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
 
 
 class PrefectRunner:
@@ -43,6 +43,8 @@ def publish_artifacts(spec):
                               description=f"retbench summary of {spec.name}")
         create_markdown_artifact(key=slug(f"{spec.name}-regressions"), markdown=regressions_markdown(published),
                                  description=f"regressions of {spec.name} against the previous and baseline runs")
+        create_markdown_artifact(key=slug(f"{spec.name}-verdict"), markdown=verdict_markdown(published),
+                                 description=f"verdict of {spec.name} and where its full report is")
     return publish
 
 

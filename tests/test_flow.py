@@ -120,6 +120,9 @@ def test_summary_and_regressions_are_prefect_artifacts(sample_runs):
     # The first run has nothing to compare with; the second compares with the first.
     assert regressions[0].data.startswith("No earlier run")
     assert "no regression against previous" in regressions[1].data.lower()
+    verdicts = asyncio.run(versions("sample-hashing-verdict"))
+    assert [a.type for a in verdicts] == ["markdown", "markdown"]
+    assert "Best setting by ndcg@10: hashing" in verdicts[1].data and "report.html" in verdicts[1].data
 
 
 def test_manifest_records_what_a_reader_needs(sample_runs):

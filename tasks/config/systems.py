@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tasks.analysis.rerank_cost import RerankPricing
+
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 # bm25s's own stop-word lists (by language code), plus a short Hindi list we ship (bm25s has none).
 STOPWORD_LANGUAGES = ("en", "de", "nl", "fr", "es", "pt", "it", "ru", "sv", "no", "zh", "tr", "ko", "da", "hi")
@@ -91,7 +93,8 @@ class RerankerSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=64)
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
-    batch_size: int = Field(32, ge=1, description="pairs per call (and per cache shard)")
+    batch_size: int = Field(32, ge=1, description="documents per call (and per cache shard)")
+    pricing: RerankPricing | None = Field(None, description="per search unit or per token, with the date it was read")
 
     @model_validator(mode="after")
     def _known_kind(self):

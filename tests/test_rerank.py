@@ -213,3 +213,21 @@ def test_cross_encoder_scores_are_the_models_and_cached(tiny_cross_encoder, tmp_
     assert result.scored == 12
     assert rerank_run(first_stage(), reranker, "ce", QUERIES, CHUNKS, tmp_path, system="t", top_n=4).scored == 0
     assert reranker.fingerprint()["weights"].startswith("model.safetensors:")
+
+
+def test_requests_run_at_most_concurrency_at_once(server, tmp_path):
+    server.fault("slow", seconds=0.05, times=None)
+    reranker = tei(server, concurrency=2, batch_size=1)
+    result = rerank_run(first_stage(), reranker, "tei", QUERIES, CHUNKS, tmp_path, system="s", top_n=5)
+    assert result.scored == 15 and len(server.seen) == 15 and server.max_active == 2
+
+
+def test_a_rejected_key_is_never_repeated_in_the_error(tmp_path, monkeypatch):
+    from tasks.providers.http_base import HttpAuthError
+
+    monkeypatch.setenv("RERANK_TEST_KEY", "wrong-key-5678")
+    with FaultyServer(api_key="right-key") as server:  # its 401 body echoes the Authorization header
+        reranker = create_reranker("jina-rerank", {"base_url": server.base_url, "api_key_env": "RERANK_TEST_KEY"})
+        with pytest.raises(HttpAuthError) as caught:
+            rerank_run(first_stage(), reranker, "jina", QUERIES, CHUNKS, tmp_path, system="s")
+    assert "wrong-key-5678" not in str(caught.value) and "RERANK_TEST_KEY" in str(caught.value)

@@ -51,7 +51,9 @@ class RerankResult(StageResult):
     pairs: int  # (query, document) pairs reranked
     scored: int  # pairs the reranker scored in this call (0 when everything was cached)
     from_cache: int
-    latency: dict  # added seconds per query: p50, p95, mean, max, queries
+    # Added seconds per query (p50, p95, mean, max, queries): the sum of the own latencies of the
+    # calls that scored its pairs, i.e. what the query waits with its batches sent one after another.
+    latency: dict
     tokens: int  # over all pairs, scored now or earlier (what the run costs, not this call)
     token_source: str
     search_units: float

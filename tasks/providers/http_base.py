@@ -341,8 +341,7 @@ class HttpProvider(Provider):
                 response = await run.client.post(self.endpoint, json=body)
                 payload = self._payload(response)
                 seconds = time.perf_counter() - started
-                embeddings, usage = self._parse_checked(payload, len(texts))
-                vectors = self._matrix(embeddings, len(texts), run, index)
+                result = self._result(payload, texts, role, run, index, seconds, attempt + 1)
             except _Retryable as error:
                 last, delay = error.reason, error.retry_after
             except httpx.TimeoutException:
@@ -350,12 +349,7 @@ class HttpProvider(Provider):
             except httpx.TransportError as error:
                 last, delay = f"{type(error).__name__}: {self._redact(str(error)) or 'connection failed'}", None
             else:
-                if usage is not None:
-                    tokens, source = int(usage), "usage"
-                else:
-                    counts, source = self.token_counts(texts, role)
-                    tokens = sum(counts)
-                return BatchResult(vectors, tokens, source, seconds, attempt + 1)
+                return result
             if attempt == o.max_retries:
                 break
             if delay is None:
@@ -367,6 +361,18 @@ class HttpProvider(Provider):
             log.warning("%s: %s; retry %d/%d in %.2fs", where, last, attempt + 1, o.max_retries, delay)
             await asyncio.sleep(delay)
         raise HttpUnavailableError(f"{where}: gave up after {o.max_retries + 1} attempts; last error: {last}")
+
+    def _result(self, payload: Any, texts: list[str], role: Role, run: _Run, index: int, seconds: float,
+                attempts: int) -> BatchResult:
+        """One successful response as a checked BatchResult (a rerank client reads scores instead)."""
+        embeddings, usage = self._parse_checked(payload, len(texts))
+        vectors = self._matrix(embeddings, len(texts), run, index)
+        if usage is not None:
+            tokens, source = int(usage), "usage"
+        else:
+            counts, source = self.token_counts(texts, role)
+            tokens = sum(counts)
+        return BatchResult(vectors, tokens, source, seconds, attempts)
 
     async def _wait_turn(self, run: _Run) -> None:
         rpm = self.options.requests_per_minute

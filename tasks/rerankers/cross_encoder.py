@@ -1,0 +1,70 @@
+"""A local sentence-transformers CrossEncoder folder (no download: local_files_only)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.rerankers import register
+from tasks.rerankers.base import RerankBatch, checked_scores
+from tasks.store.files import file_sha256
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
+
+
+class CrossEncoderOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="path to a local sentence-transformers CrossEncoder folder")
+    max_length: int | None = Field(None, ge=8, description="tokens per (query, document) pair; default: the model's")
+    activation: Literal["model", "none"] = Field(
+        "model", description="'model': the model's own activation (sigmoid for one label); 'none': raw logits")
+    device: str = "cpu"
+    batch_size: int = Field(32, ge=1, description="pairs per forward pass")
+
+
+class CrossEncoderReranker:
+    kind = "cross-encoder"
+
+    def __init__(self, **options):
+        self.options = CrossEncoderOptions(**options)
+        self.path = Path(self.options.model)
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"cross-encoder model folder not found: {self.path}")
+        self._model = None
+
+    def fingerprint(self) -> dict:
+        files = sorted(p for p in self.path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+        if not files:
+            raise FileNotFoundError(f"no weight files ({', '.join(_WEIGHT_SUFFIXES)}) under {self.path}")
+        o = self.options
+        # The folder name and weight hashes, not the absolute path: the same weights elsewhere are the same model.
+        return {"kind": self.kind, "model": self.path.name, "max_length": o.max_length, "activation": o.activation,
+                "weights": ",".join(f"{p.relative_to(self.path)}:{file_sha256(p)}" for p in files)}
+
+    def model(self):
+        if self._model is None:
+            from sentence_transformers import CrossEncoder
+
+            self._model = CrossEncoder(str(self.path), device=self.options.device, max_length=self.options.max_length,
+                                       local_files_only=True)
+        return self._model
+
+    def score(self, query: str, documents: list[str]) -> np.ndarray:
+        return self.score_batch(query, documents).scores
+
+    def score_batch(self, query: str, documents: list[str]) -> RerankBatch:
+        import torch
+
+        model = self.model()
+        started = time.perf_counter()
+        kwargs = {"activation_fn": torch.nn.Identity()} if self.options.activation == "none" else {}
+        scores = model.predict([(query, d) for d in documents], batch_size=self.options.batch_size,
+                               show_progress_bar=False, **kwargs)
+        return RerankBatch(checked_scores(scores, len(documents), f"cross-encoder {self.path.name}"),
+                           time.perf_counter() - started)
+
+
+register("cross-encoder")(CrossEncoderReranker)

@@ -173,8 +173,16 @@ def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force:
     return result
 
 
-def score_stage(runs: list, dataset, spec: BenchmarkSpec) -> dict[str, str]:
-    """Every quality table of the run, from the run files and the judgments."""
+def system_stage(kind: str, *args):
+    """One retrieval system's run (tasks/stages/systems.py): bm25, hybrid, rerank or first."""
+    from tasks.stages import systems
+
+    return getattr(systems, f"{kind}_stage")(*args)
+
+
+def score_stage(runs: list, dataset, spec: BenchmarkSpec, system_pairs: list | None = None) -> dict[str, str]:
+    """Every quality table of the run, from the run files and the judgments; `system_pairs`
+    are (system, the setting it builds on) pairs to compare besides the default ones."""
     from tasks.analysis import ann, breakdown, failures, score
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
@@ -193,7 +201,8 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec) -> dict[str, str]:
         "breakdown": breakdown.breakdown_table(per_query, saved.queries, saved.qrels, saved.corpus,
                                                resamples=stats.resamples, seed=stats.seed, level=stats.confidence),
         "comparisons": breakdown.comparison_table(per_query, resamples=stats.resamples, seed=stats.seed,
-                                                  permutations=stats.permutations, level=stats.confidence),
+                                                  permutations=stats.permutations, level=stats.confidence,
+                                                  extra_pairs=system_pairs or []),
         "failures": failures.failure_table(run, per_query, saved.queries, saved.qrels, measure=f"ndcg@{cut}",
                                            threshold=stats.failure_threshold, k=cut),
         "ann_vs_exact": ann.exact_vs_approximate(summary, overlap),
@@ -303,12 +312,16 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     embeddings = {name: (doc.result(), query.result()) for name, (doc, query) in embedded.items()}
     built = {name: [b.result() for b in builds] for name, builds in indexes.items()}
     runs = [run for group in retrieved for run in group.result()]
+    system_runs = _systems(spec, selection, runner, runs, chunks, dataset) if selection.stage == "score" else []
     sweep_results = [s.result() for s in sweeps]
     latency_paths = [path.result() for path in latency]
 
     tables: dict[str, str] = {}
     if reaches("score"):
-        tables |= runner.submit("score", score_stage, runs, dataset, spec).result()
+        pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in (s.first, s.second) if base]
+        flats = sorted({(r.provider, r.index, r.nprobe) for r in runs if r.index == "flat"})
+        pairs += [((s.system, s.index, s.nprobe), flat) for s in system_runs if s.kind == "bm25" for flat in flats]
+        tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec, pairs).result()
         tables |= ledger_tables(spec, dataset, embeddings, built, latency_paths)
     if sweep_results:
         from tasks.stages.sweep import write_sweep_tables
@@ -318,7 +331,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     all_indexes = [i for group in built.values() for i in group]
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
                               all_embeddings, all_indexes, runs, tables, time.perf_counter() - started, sweep_results,
-                              index_notes=list(plan.notes) if plan else [])
+                              index_notes=list(plan.notes) if plan else [], systems=system_runs)
     report.write_manifest(spec.output_dir, manifest)
     if reaches("score"):
         published = runner.submit("report", report_stage, spec, run_id).result()
@@ -330,6 +343,38 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     log.info(f"stage {selection.stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
              f"output in {spec.output_dir}")
     return PipelineResult(output_dir=str(spec.output_dir), manifest=manifest, embeddings=all_embeddings, tables=tables)
+
+
+def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
+    """BM25 first stages, then every `systems:` entry, each as one stage call; a system's first
+    stages are runs of this pipeline (dense settings, BM25) or of an earlier system."""
+    from tasks.stages.systems import setting_of
+
+    store, depth = str(spec.store_dir), spec.depth
+    lexical = [runner.submit("systems", system_stage, "bm25", entry, chunks, dataset, store, depth,
+                             selection.forced("retrieve"), label=f"bm25-{entry.name}").result() for entry in spec.lexical]
+    files = {(r.provider, r.index, r.nprobe): r.path for r in runs}
+    files |= {(s.system, s.index, s.nprobe): s.path for s in lexical}
+    rerankers = {r.name: r for r in spec.rerankers}
+    made = list(lexical)
+    for system in spec.systems:
+        first = setting_of(system.first, runs)
+        if system.second is not None:
+            second = setting_of(system.second, runs)
+            made.append(runner.submit("systems", system_stage, "hybrid", system, first, second, files[first], files[second],
+                                      dataset, store, depth, label=f"hybrid-{system.name}").result())
+            first = (made[-1].system, made[-1].index, made[-1].nprobe)
+            files[first] = made[-1].path
+            if system.rerank is None:
+                continue
+        if system.rerank is not None:
+            made.append(runner.submit("systems", system_stage, "rerank", system, rerankers[system.rerank], first,
+                                      files[first], chunks, dataset, store, selection.forced("retrieve"),
+                                      label=f"rerank-{system.name}").result())
+        else:
+            made.append(runner.submit("systems", system_stage, "rename", system, first, files[first], store,
+                                      label=f"system-{system.name}").result())
+    return made
 
 
 @contextmanager

@@ -224,8 +224,9 @@ def comparison_pairs(per_query: pl.DataFrame) -> list[tuple[tuple, tuple]]:
 
 
 def comparison_table(per_query: pl.DataFrame, resamples: int = 1000, seed: int = 0,
-                     permutations: int = 10000, level: float = 0.95) -> pl.DataFrame:
-    """paired_comparison for every pair from comparison_pairs; an empty table when there is none."""
-    parts = [paired_comparison(per_query, a, b, resamples, permutations, seed, level)
-             for a, b in comparison_pairs(per_query)]
+                     permutations: int = 10000, level: float = 0.95, extra_pairs=()) -> pl.DataFrame:
+    """paired_comparison for every pair from comparison_pairs, then `extra_pairs` (e.g. a reranked
+    system against its own first stage); an empty table when there is none."""
+    pairs = list(dict.fromkeys([*comparison_pairs(per_query), *(tuple(map(tuple, pair)) for pair in extra_pairs)]))
+    parts = [paired_comparison(per_query, a, b, resamples, permutations, seed, level) for a, b in pairs]
     return pl.concat(parts) if parts else pl.DataFrame(schema=COMPARISON_SCHEMA)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tasks.config.measurement import LatencySpec, PricingSpec
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from tasks.config.sweep import SweepSpec
+from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
 from tasks.store.files import stable_hash
 
 
@@ -116,6 +117,9 @@ class BenchmarkSpec(_Strict):
     store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
+    lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")
+    rerankers: list[RerankerSpec] = Field(default_factory=list)
+    systems: list[SystemSpec] = Field(default_factory=list, description="first stage [+ second, fused] [+ reranker]")
     latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
     sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
     report: ReportSpec = Field(default_factory=ReportSpec)
@@ -172,10 +176,29 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
-    problems = provider_option_errors(spec)
+    problems = provider_option_errors(spec) + system_errors(spec)
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
+
+
+def system_errors(spec: BenchmarkSpec) -> list[str]:
+    """Dangling references in `systems:` and names that two settings would share."""
+    providers = [p.name for p in spec.providers]
+    lexical = [entry.name for entry in spec.lexical]
+    stages = [f"{p}/flat" for p in providers] + ([f"{p}/ivf" for p in providers] if spec.indexes.ivf else [])
+    stages += [f"bm25:{name}" for name in lexical]
+    errors = check_references(list(spec.systems), stages, [r.name for r in spec.rerankers])
+    taken = {name: "providers" for name in providers}
+    for root, names in (("lexical", lexical), ("systems", [s.name for s in spec.systems])):
+        for i, name in enumerate(names):
+            if name in taken and taken[name] != root:
+                errors.append(f"{root}[{i}].name: {name!r} is already the name of an entry in `{taken[name]}`")
+            taken.setdefault(name, root)
+    for i, name in enumerate(lexical):
+        if lexical.index(name) != i:
+            errors.append(f"lexical[{i}].name: {name!r} repeats lexical[{lexical.index(name)}].name")
+    return errors
 
 
 def provider_option_errors(spec: BenchmarkSpec) -> list[str]:

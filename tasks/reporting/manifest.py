@@ -16,7 +16,7 @@ PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "t
 
 
 def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, embeddings, indexes, runs, tables, seconds,
-                   sweeps=(), index_notes=()) -> dict:
+                   sweeps=(), index_notes=(), systems=()) -> dict:
     return {
         "run": {
             "finished_at": datetime.now(timezone.utc).isoformat(),
@@ -41,6 +41,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         },
         "indexes": [{**asdict(i), "settings": asdict(i.settings), "built": i.computed} for i in indexes],
         "index_notes": list(index_notes),
+        "systems": [asdict(s) for s in systems],
         "retrieval": [asdict(r) for r in runs],
         "work": work_done(dataset, chunks, embeddings, indexes, runs),
         "stage_seconds": {

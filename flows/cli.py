@@ -84,10 +84,15 @@ def _history(args) -> int:
         mirror = StoreMirror(store, spec.store_mirror or default_mirror(store))
         mirror.pull()
         store = mirror.local
-    trend = history.trend_table(store, spec.name, args.measure)
-    if trend.is_empty():
+    measures = history.recorded_measures(store, spec.name)
+    if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")
         return 0
+    if args.measure not in measures:
+        print(f"retbench: measure {args.measure!r} is not recorded in the history of spec {spec.name!r} in {store}; "
+              f"pass -m with one of: {', '.join(measures)}", file=sys.stderr)
+        return 2
+    trend = history.trend_table(store, spec.name, args.measure)
     if not args.all_settings:
         trend = trend.select("finished_at", "run_id", "git_commit", *[c for c in trend.columns if c.endswith("/exact")])
     print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")

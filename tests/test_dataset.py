@@ -126,6 +126,8 @@ BROKEN = [
     ("qrels.jsonl", [{"query_id": "q1", "doc_id": "d1", "grade": True}], r"qrels\.jsonl:1: field 'grade' must be an integer, found boolean"),
     ("qrels.jsonl", [QRELS[0], QRELS[1], {"query_id": "q2", "doc_id": "d2", "grade": 4}], r"qrels\.jsonl:3: grade 4 for query 'q2' is outside 0\.\.3"),
     ("qrels.jsonl", [{"query_id": "q1", "doc_id": "d1", "grade": -1}], r"qrels\.jsonl:1: grade -1 for query 'q1' is negative"),
+    ("corpus.jsonl", [CORPUS[0], {"id": "cook 01", "text": "x"}], r"corpus\.jsonl:2: id 'cook 01' contains whitespace; .*e\.g\. 'cook_01'"),
+    ("queries.jsonl", [QUERIES[0], {"id": "q\t01", "text": "x"}], r"queries\.jsonl:2: id 'q\\t01' contains whitespace"),
     ("qrels.jsonl", [QRELS[0], QRELS[0]], r"qrels\.jsonl:2: duplicate judgment for query 'q1' and doc 'd1' \(first at .*qrels\.jsonl:1\)"),
 ]
 
@@ -243,6 +245,15 @@ def test_beir_errors(beir):
         load_dataset(beir, "beir", "test")
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\t10\t1\n1\t99\t1\n", encoding="utf-8")
     with pytest.raises(DatasetError, match=r"test\.tsv:3: doc id '99' is not in .*corpus\.jsonl"):
+        load_dataset(beir, "beir", "test")
+
+
+def test_beir_ids_with_whitespace_are_refused(beir):
+    write_lines(beir / "queries.jsonl", [{"_id": "1", "text": "what is lift"}, {"_id": "q 01", "text": "x"}])
+    with pytest.raises(DatasetError, match=r"queries\.jsonl:2: id 'q 01' contains whitespace"):
+        load_dataset(beir, "beir", "test")
+    write_lines(beir / "corpus.jsonl", [{"_id": "cook 01", "title": "", "text": "x"}])
+    with pytest.raises(DatasetError, match=r"corpus\.jsonl:1: id 'cook 01' contains whitespace"):
         load_dataset(beir, "beir", "test")
 
 

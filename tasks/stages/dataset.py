@@ -347,6 +347,13 @@ class _Ids:
         self.first: dict[str, str] = {}
 
     def add(self, id_: str, where: str) -> None:
+        if any(c.isspace() for c in id_):
+            # runs.trec and TREC qrels separate their fields by whitespace: such an id
+            # would be split in two there, and `retbench eval` would refuse the run.
+            raise DatasetError(
+                f"{where}: id {id_!r} contains whitespace; expected an id without spaces, tabs or "
+                f"line breaks (TREC run and qrels files cannot hold it), e.g. {'_'.join(id_.split())!r}"
+            )
         if id_ in self.first:
             raise DatasetError(f"{where}: duplicate id {id_!r} (first at {self.first[id_]})")
         self.first[id_] = where

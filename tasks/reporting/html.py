@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tasks.reporting.tables import summary_wide
 from tasks.store.files import write_text
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -86,11 +87,6 @@ def _pyplot():
 
 def _setting(frame: pl.DataFrame) -> pl.Expr:
     return pl.concat_str([pl.col("provider"), pl.col("index"), pl.col("nprobe").cast(pl.String).fill_null("exact")], separator="/")
-
-
-def summary_wide(summary: pl.DataFrame) -> pl.DataFrame:
-    return (summary.pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
-            .sort(["provider", "index", "nprobe"], nulls_last=False))
 
 
 def language_heatmap(breakdown: pl.DataFrame, measure: str):

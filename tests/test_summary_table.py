@@ -19,3 +19,19 @@ def test_console_summary_shows_every_measure_in_a_fixed_order():
     assert header.split() == ["provider", "index", "nprobe", "queries", *expected]
     value = dict(zip(measures, summary["value"]))
     assert row.split() == ["minilm", "flat", "-", "7", *[f"{value[m]:.4f}" for m in expected]]
+
+
+def test_report_lists_the_queries_left_unscored(tmp_path):
+    import json
+
+    from tasks.reporting.html import build_report
+
+    summary = pl.DataFrame({"provider": ["p"], "index": ["flat"], "nprobe": pl.Series([None], dtype=pl.Int64),
+                            "measure": ["mrr"], "value": [0.5], "queries": [2]})
+    summary.write_parquet(tmp_path / "summary.parquet")
+    (tmp_path / "manifest.json").write_text(json.dumps({"dataset": {"unjudged_queries": ["q3", "q-7"]}}))
+    _, markdown = build_report(tmp_path, "t")
+    text = markdown.read_text()
+    assert "## Queries not scored" in text
+    assert "2 queries of the chosen split have no judgments" in text
+    assert "| q3 |" in text and "| q-7 |" in text

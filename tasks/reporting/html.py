@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from pathlib import Path
 
 import polars as pl
@@ -30,6 +31,14 @@ MAX_ROWS = 200
 def _read(output_dir: Path, name: str) -> pl.DataFrame | None:
     path = output_dir / f"{name}.parquet"
     return pl.read_parquet(path) if path.exists() else None
+
+
+def unjudged_queries(output_dir: Path) -> list[str]:
+    """Ids of the queries the dataset loader dropped for having no judgments (from manifest.json)."""
+    path = output_dir / "manifest.json"
+    if not path.exists():
+        return []
+    return list((json.loads(path.read_text(encoding="utf-8")).get("dataset") or {}).get("unjudged_queries") or [])
 
 
 def _fmt(value) -> str:
@@ -168,6 +177,10 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     sections: list[tuple[str, str | None, pl.DataFrame | None, str]] = []  # (heading, png, table, note)
 
     sections.append(("Summary", None, summary_wide(summary), "Means over queries; nprobe empty = exact search."))
+    unjudged = unjudged_queries(output_dir)
+    if unjudged:
+        sections.append(("Queries not scored", None, pl.DataFrame({"query_id": unjudged}),
+                         f"{len(unjudged)} queries of the chosen split have no judgments: they are left out of every measure."))
     if regressions is not None and not regressions.is_empty():
         flagged = regressions.filter(pl.col("regression"))
         note = f"{flagged.height} regression(s): the 95% interval of the paired difference lies below zero." if flagged.height else "No regression."

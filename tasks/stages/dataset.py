@@ -55,6 +55,7 @@ class Dataset:
     queries: pl.DataFrame  # query_id, text, language, category, split
     qrels: pl.DataFrame  # query_id, doc_id, grade
     notes: tuple[str, ...] = ()
+    unjudged_queries: tuple[str, ...] = ()  # in the split but without judgments: dropped, not scored
 
 
 # One judgment as read, before grade mapping; `where` is "file:line" for error messages.
@@ -215,10 +216,13 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
     in_split = [q for q in raw.queries if split == "all" or q[4] == split]
     judged = {q for q, _, _ in judgments}
     kept = [q for q in in_split if q[0] in judged]
-    if len(kept) < len(in_split):
-        dropped = len(in_split) - len(kept)
-        log.info("%s: %d queries in split %r have no judgments; dropped", raw.name, dropped, split)
-        notes.append(f"{dropped} queries in split {split!r} without judgments dropped")
+    unjudged = tuple(q[0] for q in in_split if q[0] not in judged)
+    if unjudged:
+        shown = ", ".join(unjudged[:20]) + (f", ... ({len(unjudged) - 20} more)" if len(unjudged) > 20 else "")
+        # A warning, not a note only: a query the user wrote and expects scored is not.
+        log.warning("%s: %d queries in split %r have no judgments and are not scored: %s",
+                    raw.name, len(unjudged), split, shown)
+        notes.append(f"{len(unjudged)} queries in split {split!r} without judgments dropped: {shown}")
     if not kept:
         raise DatasetError(
             f"{raw.queries_file}: no judged queries in split {split!r} "
@@ -244,6 +248,7 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
         queries=pl.DataFrame(kept, schema=QUERIES_SCHEMA, orient="row"),
         qrels=pl.DataFrame(judgments, schema=QRELS_SCHEMA, orient="row"),
         notes=tuple(notes),
+        unjudged_queries=unjudged,
     )
 
 
@@ -314,7 +319,7 @@ def _str_field(obj: dict, key: str, where: str, *, default: str | None = None, n
     value = obj.get(key)
     if value is None:
         if default is None:
-            raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+            raise DatasetError(_absent(obj, key, where, "a string"))
         return default
     if not isinstance(value, str):
         raise DatasetError(f"{where}: field {key!r} must be a string, found {_json_type(value)} {value!r}")
@@ -323,10 +328,16 @@ def _str_field(obj: dict, key: str, where: str, *, default: str | None = None, n
     return value
 
 
+def _absent(obj: dict, key: str, where: str, expected: str) -> str:
+    if key in obj:  # present as JSON null: saying "missing" while listing it would confuse
+        return f"{where}: field {key!r} is null; expected {expected}"
+    return f"{where}: missing required field {key!r} (found fields {sorted(obj)})"
+
+
 def _int_field(obj: dict, key: str, where: str) -> int:
     value = obj.get(key)
     if value is None:
-        raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+        raise DatasetError(_absent(obj, key, where, "an integer"))
     # bool is an int subclass in Python; true/false are not grades.
     if isinstance(value, bool) or not isinstance(value, int):
         raise DatasetError(f"{where}: field {key!r} must be an integer, found {_json_type(value)} {value!r}")

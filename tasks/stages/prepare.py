@@ -31,6 +31,7 @@ class DatasetRef:
     notes: tuple[str, ...]
     computed: bool
     seconds: float
+    unjudged_queries: tuple[str, ...] = ()  # ids of queries dropped for having no judgments
 
     @property
     def corpus_path(self) -> str:
@@ -102,6 +103,7 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
         name=dataset.name, path=str(directory), content_hash=digest,
         documents=dataset.corpus.height, queries=dataset.queries.height, judgments=dataset.qrels.height,
         notes=tuple(dataset.notes), computed=computed, seconds=time.perf_counter() - started,
+        unjudged_queries=dataset.unjudged_queries,
     )
 
 

@@ -406,8 +406,17 @@ class HttpProvider:
         try:
             return response.json()
         except ValueError:
-            # A body cut short by a proxy or a dying worker: the same request may well succeed.
-            raise _Retryable(f"invalid JSON in a {status} response ({len(response.content)} bytes; truncated?)") from None
+            pass
+        content_type = response.headers.get("content-type", "no content type")
+        head = self._redact(response.content[:80].decode("utf-8", errors="replace")).replace("\n", " ")
+        if "json" not in content_type.lower():
+            # An HTML login page, a proxy's error page, a web UI at base_url: retrying cannot help.
+            raise HttpResponseError(
+                f"{self.host}{self.endpoint}: a {status} response of {content_type}, not JSON "
+                f"({len(response.content)} bytes, starting {head!r}); check that base_url points at the API")
+        # A JSON body cut short by a proxy or a dying worker: the same request may well succeed.
+        raise _Retryable(f"invalid JSON in a {status} response of {content_type} "
+                         f"({len(response.content)} bytes, starting {head!r}; truncated?)")
 
     def _parse_checked(self, payload: Any, expected: int) -> tuple[list, int | None]:
         try:

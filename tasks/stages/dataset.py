@@ -8,9 +8,11 @@ what was expected, so a bad collection is fixed at its source rather than debugg
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import json
 import logging
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,19 +94,23 @@ def load_dataset(
     *,
     qrels_path: str | Path | None = None,
     grade_map: dict[int, int] | None = None,
+    unicode: str = "nfc",
     **options: Any,
 ) -> Dataset:
     """Load and validate a collection, keeping only the queries of `split` ("dev", "test", "all").
 
     `qrels_path` replaces the format's judgments by a TREC qrels file; `grade_map` maps raw
     grades before validation (it must cover every grade present). Queries without judgments
-    are dropped; the corpus is kept whole. Options: `name` for every format, and
+    are dropped; the corpus is kept whole. `unicode` "nfc" (default) normalises titles and
+    texts to Unicode NFC, "raw" keeps them as read. Options: `name` for every format, and
     `query_language` / `doc_language` ("en" | "hi") for xquad.
     """
     if format not in _READERS:
         raise DatasetError(f"unknown dataset format {format!r} (expected one of {sorted(_READERS)})")
     if split not in SPLITS:
         raise DatasetError(f"unknown split {split!r} (expected one of {list(SPLITS)})")
+    if unicode not in UNICODE_FORMS:
+        raise DatasetError(f"unknown unicode form {unicode!r} (expected one of {list(UNICODE_FORMS)})")
     reader, allowed = _READERS[format]
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -117,7 +123,27 @@ def load_dataset(
         raw.notes.append(f"judgments from TREC qrels file {Path(qrels_path).name}")
     if grade_map is None:
         grade_map = raw.default_grade_map
+    _normalise_text(raw, unicode)
     return _assemble(raw, split, grade_map)
+
+
+# NFC by default: the same words typed on two systems (é as one code point or as e + U+0301)
+# are then the same text, with the same cache keys, tokens and scores; "raw" keeps the bytes.
+UNICODE_FORMS = ("nfc", "raw")
+
+
+def _normalise_text(raw: _Raw, form: str) -> None:
+    if form == "raw":
+        raw.notes.append("text kept as read (dataset.unicode: raw, no Unicode normalisation)")
+        return
+    nfc = functools.partial(unicodedata.normalize, "NFC")
+    docs = [(i, nfc(title), nfc(text), language) for i, title, text, language in raw.docs]
+    queries = [(i, nfc(text), *rest) for i, text, *rest in raw.queries]
+    changed_docs = sum(a != b for a, b in zip(docs, raw.docs))
+    changed_queries = sum(a != b for a, b in zip(queries, raw.queries))
+    raw.docs, raw.queries = docs, queries
+    raw.notes.append(f"text normalised to Unicode NFC (dataset.unicode: nfc): {changed_docs} documents and "
+                     f"{changed_queries} queries changed")
 
 
 def content_hash(ds: Dataset) -> str:

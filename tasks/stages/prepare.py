@@ -89,7 +89,8 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     dataset_spec = spec.dataset
     dataset = load_dataset(
         dataset_spec.path, dataset_spec.format, dataset_spec.split,
-        qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, **dataset_spec.options,
+        qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, unicode=dataset_spec.unicode,
+        **dataset_spec.options,
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]

@@ -102,3 +102,23 @@ def test_http_401_inside_the_flow_is_one_line(tmp_path, prefect_home):
     # Prefect's progress lines stay; the failure is told once, without Prefect's tracebacks and echoes.
     assert "Traceback" not in done.stderr and done.stderr.count("401") == 1
     assert not [line for line in lines if "| ERROR" in line or "Failed" in line]
+
+
+def test_check_inputs_names_the_spec_key(tmp_path):
+    from tasks.config.spec import load_spec
+    from tasks.stages.dataset import DatasetError
+    from tasks.stages.prepare import check_inputs
+    from tasks.store.integrity import StoreError
+
+    (tmp_path / "afile").write_text("x")
+    tiny_collection(tmp_path / "data")
+    check_inputs(load_spec(write_spec(tmp_path)))
+    assert (tmp_path / "out").is_dir() and (tmp_path / "store").is_dir()
+    with pytest.raises(DatasetError, match=r"dataset\.path .*afile: a file; expected the folder of the jsonl collection"):
+        check_inputs(load_spec(write_spec(tmp_path, data=tmp_path / "afile")))
+    with pytest.raises(StoreError, match=r"store_dir .*afile is a file, not a folder; point --store-dir"):
+        check_inputs(load_spec(write_spec(tmp_path, store=tmp_path / "afile")))
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace("split: all}", f"split: all, qrels: {tmp_path / 'none.qrels'}}}"))
+    with pytest.raises(DatasetError, match=r"dataset\.qrels .*none\.qrels: not found; expected a TREC qrels file"):
+        check_inputs(load_spec(spec))

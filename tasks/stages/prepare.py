@@ -67,6 +67,8 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     if not dataset.path.exists():
         raise DatasetError(f"dataset.path {dataset.path}: not found; expected the {dataset.format} collection's "
                            "folder (relative paths are read from the spec file's folder)")
+    if not dataset.path.is_dir():
+        raise DatasetError(f"dataset.path {dataset.path}: a file; expected the folder of the {dataset.format} collection")
     if dataset.qrels is not None and not dataset.qrels.is_file():
         raise DatasetError(f"dataset.qrels {dataset.qrels}: not found; expected a TREC qrels file")
     folders = [("output", "output_dir", Path(spec.output_dir))]

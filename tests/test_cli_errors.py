@@ -122,3 +122,45 @@ def test_check_inputs_names_the_spec_key(tmp_path):
     spec.write_text(spec.read_text().replace("split: all}", f"split: all, qrels: {tmp_path / 'none.qrels'}}}"))
     with pytest.raises(DatasetError, match=r"dataset\.qrels .*none\.qrels: not found; expected a TREC qrels file"):
         check_inputs(load_spec(spec))
+
+
+def test_expected_failures_and_their_one_line(tmp_path):
+    import errno
+
+    from flows.errors import expected_failure, one_line
+    from tasks.providers import create_provider
+    from tasks.providers.secrets import resolve_secret
+    from tasks.stages.dataset import DatasetError
+    from tasks.store.files import write_bytes
+
+    def raised(action) -> BaseException:
+        try:
+            action()
+        except BaseException as error:  # noqa: BLE001
+            return error
+        raise AssertionError("nothing raised")
+
+    def disk_full():
+        def write(tmp):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        from tasks.store.files import atomic_write
+        atomic_write(tmp_path / "table.parquet", write)
+
+    full = raised(disk_full)
+    assert one_line(expected_failure(full)) == (
+        f"retbench: no space left on the device while writing {tmp_path / 'table.parquet'}; nothing stored was "
+        "changed: free space or move the store / output directory, then rerun")
+    typo = raised(lambda: create_provider("hashing", {"dimm": 8}))
+    assert one_line(expected_failure(typo)) == "retbench: invalid provider options (HashingOptions): dimm: unknown key"
+    missing = raised(lambda: resolve_secret("RETBENCH_SURELY_UNSET", what="cohere API key"))
+    assert one_line(missing) == "retbench: cohere API key: environment variable RETBENCH_SURELY_UNSET is not set (or empty)"
+
+    def wrapped():
+        try:
+            raise DatasetError("corpus.jsonl:3: bad")
+        except DatasetError as error:
+            raise RuntimeError("stage failed") from error
+    assert one_line(expected_failure(raised(wrapped))) == "retbench: corpus.jsonl:3: bad"
+    # A bug is not an expected failure: it keeps its traceback.
+    assert expected_failure(raised(lambda: write_bytes(tmp_path / "x", "not bytes"))) is None
+    assert expected_failure(KeyError("x")) is None

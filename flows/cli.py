@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from tasks.config.stages import STAGES
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="measure the latency profile and the ANN sweep again (default: reuse this machine's figures)")
     run.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
                      help="run the providers' stages in parallel on Dask: a local cluster, or the scheduler at ADDRESS")
+    run.add_argument("--debug", action="store_true", help="show tracebacks (and Prefect's logging) of expected failures")
     run.set_defaults(func=_run)
 
     history = commands.add_parser("history", help="print the trend of a spec's recorded runs")
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("-m", "--measure", default="ndcg@10")
     history.add_argument("--store-dir", help="override the spec's store_dir")
     history.add_argument("--all-settings", action="store_true", help="also the ANN settings (default: exact search only)")
+    history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
     from flows import eval_command, hard_negatives_command
@@ -40,32 +43,47 @@ def main(argv: list[str] | None = None) -> int:
     hard_negatives_command.add_parser(commands)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Exception as error:
+        from flows.errors import EXIT_EXPECTED, expected_failure, one_line
+
+        failure = expected_failure(error)
+        if failure is None:
+            raise
+        if getattr(args, "debug", False):
+            traceback.print_exception(error)
+        print(one_line(failure), file=sys.stderr)
+        return EXIT_EXPECTED
 
 
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
-    from tasks.stages.dataset import DatasetError
-    from tasks.store.integrity import StoreError
-    from tasks.config.spec import SpecError, load_spec, select_providers
+    from tasks.config.spec import load_spec, select_providers
+    from tasks.stages.prepare import check_inputs
 
+    output_dir = str(args.output_dir.resolve()) if args.output_dir else None
+    store_dir = _local_or_uri(args.store_dir)
+    # Spec and inputs are checked before Prefect starts its API server: a typo, a missing
+    # dataset or an output_dir that is a file fails in about a second.
+    spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
+    select_providers(spec, args.providers)
+    check_inputs(spec)
+    from flows.benchmark import with_task_runner
+    from flows.errors import quiet_expected_failures
+    from flows.prefect_server import start_ephemeral_server, stop_ephemeral_server
+
+    if not args.debug:
+        quiet_expected_failures()
+    server = start_ephemeral_server()
     try:
-        # Validate before Prefect starts its API server: a typo in the spec fails in milliseconds.
-        select_providers(load_spec(args.spec), args.providers)
-        from flows.benchmark import with_task_runner
-
         with_task_runner(args.dask)(
-            str(args.spec),
-            output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
-            store_dir=_local_or_uri(args.store_dir),
-            stage=args.stage,
-            providers=args.providers,
-            force=args.force,
-            remeasure=args.remeasure,
+            str(args.spec), output_dir=output_dir, store_dir=store_dir,
+            stage=args.stage, providers=args.providers, force=args.force, remeasure=args.remeasure,
         )
-    except (SpecError, DatasetError, StoreError) as error:
-        print(f"retbench: {error}", file=sys.stderr)
-        return 2
+    finally:
+        if server is not None:
+            stop_ephemeral_server(server)  # now, so that an error line printed after this is the last line
     return 0
 
 
@@ -75,22 +93,23 @@ def _history(args) -> int:
     from tasks.analysis import history
     from tasks.reporting.tables import text_table
     from tasks.store.remote import StoreMirror, default_mirror, is_remote
-    from tasks.config.spec import SpecError, load_spec
+    from tasks.config.spec import load_spec
 
-    try:
-        spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
-    except SpecError as error:
-        print(f"retbench: {error}", file=sys.stderr)
-        return 2
+    spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
     store = spec.store_dir
     if is_remote(store):
         mirror = StoreMirror(store, spec.store_mirror or default_mirror(store))
         mirror.pull()
         store = mirror.local
-    trend = history.trend_table(store, spec.name, args.measure)
-    if trend.is_empty():
+    measures = history.recorded_measures(store, spec.name)
+    if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")
         return 0
+    if args.measure not in measures:
+        print(f"retbench: measure {args.measure!r} is not recorded in the history of spec {spec.name!r} in {store}; "
+              f"pass -m with one of: {', '.join(measures)}", file=sys.stderr)
+        return 2
+    trend = history.trend_table(store, spec.name, args.measure)
     if not args.all_settings:
         trend = trend.select("finished_at", "run_id", "git_commit", *[c for c in trend.columns if c.endswith("/exact")])
     print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")

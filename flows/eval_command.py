@@ -42,12 +42,15 @@ def _results(args: argparse.Namespace):
     # Imported here, not at the top: `retbench --help` must not pay for numpy and polars.
     import polars as pl
 
-    from tasks.analysis.metrics import evaluate, parse_measure
+    from tasks.analysis.metrics import DuplicatePairError, evaluate, parse_measure
     from tasks.analysis.trec import read_qrels, read_run
 
     measures = [str(parse_measure(m)) for m in (args.measures or DEFAULT_MEASURES)]
-    ev = evaluate(read_run(args.run), read_qrels(args.qrels), measures,
-                  relevance_level=args.relevance_level, complete=args.complete)
+    try:
+        ev = evaluate(read_run(args.run), read_qrels(args.qrels), measures,
+                      relevance_level=args.relevance_level, complete=args.complete)
+    except DuplicatePairError as error:
+        raise ValueError(_where_duplicate(error, args.run if error.table == "run" else args.qrels)) from None
     means = pl.DataFrame(
         {"query_id": SUMMARY_ID, "measure": list(ev.means()), "value": list(ev.means().values())},
         schema={"query_id": pl.String, "measure": pl.String, "value": pl.Float64},
@@ -65,6 +68,24 @@ def _results(args: argparse.Namespace):
         .drop("_m")
     )
     return pl.concat([per_query, means])
+
+
+def _where_duplicate(error, path: Path) -> str:
+    """The duplicate's message with the file and both lines; the file is read again, but only
+    on this error path (the readers keep no line numbers)."""
+    lines = []
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            fields = line.split()
+            if len(fields) >= 3 and fields[0] == error.query_id and fields[2] == error.doc_id:
+                lines.append(lineno)
+                if len(lines) == 2:
+                    break
+    if len(lines) < 2:
+        return f"{path}: {error}"
+    verb = "retrieves" if error.table == "run" else "judges"
+    return (f"{path}:{lines[1]}: query {error.query_id!r} {verb} doc {error.doc_id!r} a second time "
+            f"(first at line {lines[0]}); expected each doc once per query")
 
 
 def _table(results) -> str:

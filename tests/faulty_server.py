@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-FAULT_KINDS = {"status", "slow", "truncated", "wrong_dim", "nan", "wrong_count", "shuffled",
+FAULT_KINDS = {"status", "slow", "truncated", "wrong_dim", "nan", "wrong_count", "shuffled", "html",
                "bad_index", "duplicate_index", "error_body"}  # the last three: rerank routes
 
 
@@ -176,6 +176,11 @@ class _Handler(BaseHTTPRequestHandler):
             extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
             self._send(fault.status, {"error": f"injected {fault.status}", "auth": self.headers.get("Authorization")}, extra)
             return
+        if kind == "html":  # a login page or proxy answering 200 in place of the API
+            seen.answered = "html"
+            page = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Please sign in</body></html>"
+            self._send_bytes(200, page, content_type="text/html; charset=utf-8")
+            return
         if self.path.endswith("/rerank"):
             self._rerank(body, texts, kind, seen)
             return
@@ -225,9 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(obj).encode("utf-8"), headers)
 
-    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                    content_type: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)

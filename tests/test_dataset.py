@@ -89,6 +89,19 @@ def test_query_without_relevant_document_is_warned_and_noted(folder, caplog):
     assert any(n.startswith("1 of 2 judged queries have no document with grade >= 1") for n in ds.notes)
 
 
+def test_unjudged_queries_are_logged_with_their_ids_and_returned(folder, caplog):
+    with caplog.at_level(logging.WARNING, logger="retbench.dataset"):
+        ds = load_dataset(folder, "jsonl", "all")
+    assert "1 queries in split 'all' have no judgments and are not scored: q3" in caplog.text
+    assert ds.unjudged_queries == ("q3",)
+    assert "1 queries in split 'all' without judgments dropped: q3" in ds.notes
+    many = [{"id": f"u{i:02d}", "text": "never judged", "split": "dev"} for i in range(25)]
+    write_lines(folder / "queries.jsonl", QUERIES + many)
+    ds = load_dataset(folder, "jsonl", "dev")
+    assert ds.unjudged_queries == ("q3", *(f"u{i:02d}" for i in range(25)))
+    assert f"26 queries in split 'dev' without judgments dropped: q3, {', '.join(f'u{i:02d}' for i in range(19))}, ... (6 more)" in ds.notes
+
+
 def test_bom_crlf_and_blank_lines_load(folder):
     lines = [json.dumps(x, ensure_ascii=False) for x in CORPUS]
     data = "\ufeff" + "\r\n".join(lines[:1] + ["", "  "] + lines[1:]) + "\r\n"
@@ -126,6 +139,10 @@ BROKEN = [
     ("qrels.jsonl", [{"query_id": "q1", "doc_id": "d1", "grade": True}], r"qrels\.jsonl:1: field 'grade' must be an integer, found boolean"),
     ("qrels.jsonl", [QRELS[0], QRELS[1], {"query_id": "q2", "doc_id": "d2", "grade": 4}], r"qrels\.jsonl:3: grade 4 for query 'q2' is outside 0\.\.3"),
     ("qrels.jsonl", [{"query_id": "q1", "doc_id": "d1", "grade": -1}], r"qrels\.jsonl:1: grade -1 for query 'q1' is negative"),
+    ("corpus.jsonl", [CORPUS[0], {"id": "cook 01", "text": "x"}], r"corpus\.jsonl:2: id 'cook 01' contains whitespace; .*e\.g\. 'cook_01'"),
+    ("queries.jsonl", [QUERIES[0], {"id": "q\t01", "text": "x"}], r"queries\.jsonl:2: id 'q\\t01' contains whitespace"),
+    ("qrels.jsonl", [QRELS[0], {"query_id": "q1", "doc_id": "d3", "grade": None}], r"qrels\.jsonl:2: field 'grade' is null; expected an integer$"),
+    ("corpus.jsonl", [{"id": None, "text": "x"}], r"corpus\.jsonl:1: field 'id' is null; expected a string$"),
     ("qrels.jsonl", [QRELS[0], QRELS[0]], r"qrels\.jsonl:2: duplicate judgment for query 'q1' and doc 'd1' \(first at .*qrels\.jsonl:1\)"),
 ]
 
@@ -243,6 +260,15 @@ def test_beir_errors(beir):
         load_dataset(beir, "beir", "test")
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\t10\t1\n1\t99\t1\n", encoding="utf-8")
     with pytest.raises(DatasetError, match=r"test\.tsv:3: doc id '99' is not in .*corpus\.jsonl"):
+        load_dataset(beir, "beir", "test")
+
+
+def test_beir_ids_with_whitespace_are_refused(beir):
+    write_lines(beir / "queries.jsonl", [{"_id": "1", "text": "what is lift"}, {"_id": "q 01", "text": "x"}])
+    with pytest.raises(DatasetError, match=r"queries\.jsonl:2: id 'q 01' contains whitespace"):
+        load_dataset(beir, "beir", "test")
+    write_lines(beir / "corpus.jsonl", [{"_id": "cook 01", "title": "", "text": "x"}])
+    with pytest.raises(DatasetError, match=r"corpus\.jsonl:1: id 'cook 01' contains whitespace"):
         load_dataset(beir, "beir", "test")
 
 

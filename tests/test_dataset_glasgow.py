@@ -40,7 +40,7 @@ def test_counts_match_the_readme_table(real, collection, docs, queries, judged, 
     assert set(ds.corpus["doc_id"]) == {str(i) for i in range(1, docs + 1)}
     assert any(f"{docs} documents, {judged} queries, {rows} judgments" in n for n in ds.notes)
     if queries != judged:
-        assert f"{queries - judged} queries in split 'all' without judgments dropped" in ds.notes
+        assert any(n.startswith(f"{queries - judged} queries in split 'all' without judgments dropped") for n in ds.notes)
 
 
 def test_npl_spot_checks(real):
@@ -137,7 +137,7 @@ def test_small_collections_load(tmp_path):
     assert cisi.corpus.rows() == [("1", "Library networks", "Networks of libraries.", "en"),
                                   ("2", "Indexing", "Index terms.", "en")]
     assert cisi.queries["text"].to_list() == ["How do library networks work?", "A paper title Its abstract."]
-    assert "1 queries in split 'all' without judgments dropped" in cisi.notes
+    assert any(n.startswith("1 queries in split 'all' without judgments dropped") for n in cisi.notes)
     med = load_dataset(write(tmp_path / "med", MED), "glasgow", "test")
     # A text line starting with '.' is text, not a tag.
     assert med.corpus["text"][0] == "correlation of glucose .016 ug/100 ml . in the patients"

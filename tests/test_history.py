@@ -93,3 +93,33 @@ def test_a_worse_model_fails_the_flow_after_writing_everything(tmp_path, prefect
     assert len(history.runs_of(tmp_path / "store", "guarded")) == 2  # the failing run is recorded too
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["providers"]["lexical"]["dim"] == 16
+
+
+def _record_runs_without_git(store, commits):
+    """Runs of a spec kept outside a git repository record git_commit as null."""
+    start = datetime(2026, 11, 1, 2, 0, tzinfo=timezone.utc)
+    for day, commit in enumerate(commits):
+        manifest = {"run": {"finished_at": (start + timedelta(days=day)).isoformat(), "spec_name": "guarded",
+                            "spec_hash": "s", "git_commit": commit},
+                    "dataset": {"content_hash": "d"}, "providers": {"p": {"kind": "hashing", "dim": 8}}}
+        per_query = _per_query([0.25 * (day + 1)] * 4)
+        summary = per_query.group_by("provider", "index", "nprobe", "measure").agg(value=pl.col("value").mean(), queries=pl.len())
+        history.append_run(store, f"run-{day}", manifest, summary, per_query)
+
+
+def test_history_command_outside_a_git_repository_and_an_unrecorded_measure(tmp_path, capsys):
+    from flows.cli import main
+
+    _record_runs_without_git(tmp_path / "store", [None, None, "0123456789abcdef"])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=8, low=3, high=5, out=tmp_path / "out", store=tmp_path / "store"))
+    assert main(["history", str(spec)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "ndcg@10 of spec 'guarded', one row per run (oldest first)"
+    rows = [line.split() for line in printed[3:]]
+    assert [row[2:] for row in rows] == [["run-0", "-", "0.2500"], ["run-1", "-", "0.5000"], ["run-2", "01234567", "0.7500"]]
+
+    assert main(["history", str(spec), "-m", "ndcg@1000"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"retbench: measure 'ndcg@1000' is not recorded in the history of spec 'guarded' in {tmp_path / 'store'}; "
+                   "pass -m with one of: ndcg@10\n")

@@ -106,7 +106,11 @@ PERMANENT = {
                     r"127\.0\.0\.1:\d+/embeddings: gave up after 3 attempts; last error: HTTP 500", 3),
     "timeout-forever": (dict(kind="slow", seconds=0.8, times=None), HttpUnavailableError,
                         r"gave up after 3 attempts; last error: no response within 0.5s", 3),
-    "truncated-forever": (dict(kind="truncated", times=None), HttpUnavailableError, r"invalid JSON .*truncated", 3),
+    "truncated-forever": (dict(kind="truncated", times=None), HttpUnavailableError, r"invalid JSON in a 200 response of application/json \(\d+ bytes, starting '\{\"object\": .*truncated\?\)", 3),
+    "html-page": (dict(kind="html"), HttpResponseError,
+                  r"127\.0\.0\.1:\d+/embeddings: a 200 response of text/html; charset=utf-8, not JSON \(91 bytes, "
+                  r"starting '<!DOCTYPE html> <html><head><title>Sign in</title></head><body>Please sign in</b'\); "
+                  r"check that base_url points at the API", 1),
     "wrong-dimension": (dict(kind="wrong_dim"), HttpResponseError, r"embedding 1 of batch 3 has dimension \(7,\), expected 8", 1),
     "nan": (dict(kind="nan"), HttpResponseError, r"embedding 0 of batch 3 has non-finite values", 1),
     "wrong-count": (dict(kind="wrong_count"), HttpResponseError, r"1 embeddings for 2 inputs", 1),

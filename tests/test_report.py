@@ -70,7 +70,8 @@ def hostile_sample(target: Path, beacon: str) -> None:
         queries[i]["text"] = payload + " " + queries[i]["text"]
         queries[i]["category"] = payload
     old_id = queries[3]["id"]
-    queries[3]["id"] = f'<img src="{beacon}/id">'
+    # No whitespace (ids cannot hold it); browsers read "/" as an attribute separator, so this is still a live tag.
+    queries[3]["id"] = f'<img/src="{beacon}/id">'
     for row in qrels:
         if row["query_id"] == old_id:
             row["query_id"] = queries[3]["id"]

@@ -21,6 +21,8 @@ from tasks.analysis.score import SETTING
 from tasks.store.files import write_parquet
 
 RUN_COLUMNS = ["run_id", "finished_at", "spec_name", "spec_hash", "dataset_hash", "git_commit"]
+STAMP_TYPES = {"run_id": pl.String, "spec_name": pl.String, "spec_hash": pl.String, "dataset_hash": pl.String,
+               "git_commit": pl.String}
 
 
 def history_dir(store: str | Path) -> Path:
@@ -40,7 +42,9 @@ def append_run(store: str | Path, run_id: str, manifest: dict, summary: pl.DataF
         "git_commit": run.get("git_commit"),
     }
     date = finished.astimezone(timezone.utc).date().isoformat()
-    columns = [pl.lit(v).alias(k) for k, v in stamp.items()]
+    # Typed explicitly: a None git_commit (spec outside a git repo) would otherwise be
+    # stored as a Null column that cannot be read together with a String one.
+    columns = [pl.lit(v, dtype=STAMP_TYPES.get(k)).alias(k) for k, v in stamp.items()]
     summary = summary.with_columns(*columns, fingerprint=pl.col("provider").replace_strict(fingerprints, default=None))
     # Per-query values make the next run's paired comparison possible.
     per_query = per_query.select(*SETTING, "query_id", "measure", "value").with_columns(*columns)
@@ -50,9 +54,13 @@ def append_run(store: str | Path, run_id: str, manifest: dict, summary: pl.DataF
 
 def _scan(store: str | Path, table: str) -> pl.LazyFrame | None:
     root = history_dir(store) / table
-    if not any(root.glob("date=*/*.parquet")):
+    files = sorted(root.glob("date=*/*.parquet"))
+    if not files:
         return None
-    return pl.scan_parquet(root / "date=*" / "*.parquet", hive_partitioning=True)
+    # One scan per run file, cast to the stamp types: files written before the stamp was
+    # typed hold git_commit as a Null column, which a single multi-file scan refuses.
+    return pl.concat([pl.scan_parquet(f).with_columns(pl.col(c).cast(t) for c, t in STAMP_TYPES.items())
+                      for f in files], how="vertical_relaxed")
 
 
 def load_summary_history(store: str | Path, spec_name: str) -> pl.DataFrame:
@@ -105,6 +113,11 @@ def regressions(current: pl.DataFrame, reference: pl.DataFrame, against: str, re
         return pl.DataFrame()
     return pl.concat(parts).with_columns(
         against=pl.lit(against), reference_run_id=pl.lit(reference_run_id), regression=pl.col("ci_high") < 0)
+
+
+def recorded_measures(store: str | Path, spec_name: str) -> list[str]:
+    history = load_summary_history(store, spec_name)
+    return [] if history.is_empty() else sorted(history["measure"].unique().to_list())
 
 
 def trend_table(store: str | Path, spec_name: str, measure: str = "ndcg@10") -> pl.DataFrame:

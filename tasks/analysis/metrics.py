@@ -268,6 +268,15 @@ def _check_ids(df: pl.DataFrame, what: str) -> pl.DataFrame:
     return df
 
 
+class DuplicatePairError(ValueError):
+    """A (query, doc) pair twice in a run or qrels; `table` is "run" or "qrels", so a caller
+    that read the table from a file can name the lines."""
+
+    def __init__(self, message: str, table: str, query_id: str, doc_id: str):
+        super().__init__(message)
+        self.table, self.query_id, self.doc_id = table, query_id, doc_id
+
+
 def _first_duplicate(df: pl.DataFrame) -> tuple[str, str] | None:
     dup = df.filter(pl.struct("query_id", "doc_id").is_duplicated())
     return dup.row(0)[:2] if dup.height else None
@@ -292,7 +301,7 @@ def _prepare(run: pl.DataFrame, qrels: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
         raise ValueError("qrels: column grade has nulls")
     dup = _first_duplicate(qrels)
     if dup:
-        raise ValueError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once")
+        raise DuplicatePairError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once", "qrels", *dup)
     return run, qrels
 
 
@@ -305,7 +314,7 @@ def _check_run_duplicates(run: pl.DataFrame, code: np.ndarray) -> None:
     if len(clash):
         dup = _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
         if dup:
-            raise ValueError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once")
+            raise DuplicatePairError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once", "run", *dup)
 
 
 def _score_order(score: np.ndarray) -> np.ndarray:

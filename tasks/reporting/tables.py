@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
 
 from tasks.store.files import atomic_write, write_json, write_parquet
 
-# Columns shown on the console, in this order, when the run has them.
-CONSOLE_MEASURES = ("ndcg@10", "recall@10", "mrr", "ndcg@5", "recall@20", "ndcg_exp@10")
+# Measure families in reading order; within a family by cutoff. Unknown families come after, by name.
+MEASURE_FAMILIES = ("recall", "mrr", "ndcg", "ndcg_exp", "map", "precision", "overlap")
+_MEASURE = re.compile(r"^(?P<family>[^@]+)(?:@(?P<k>\d+))?$")
 
 
 def write_tables(output_dir: Path, tables: dict[str, pl.DataFrame]) -> dict[str, str]:
@@ -59,12 +61,22 @@ def text_table(frame: pl.DataFrame) -> str:
     return "\n".join([line(frame.columns), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def measure_order(measure: str) -> tuple:
+    """Sort key: recall@k by k, mrr, ndcg@k by k, then the other measures."""
+    match = _MEASURE.match(measure)
+    family, k = (match["family"], int(match["k"] or 0)) if match else (measure, 0)
+    rank = MEASURE_FAMILIES.index(family) if family in MEASURE_FAMILIES else len(MEASURE_FAMILIES)
+    return rank, family, k, measure
+
+
+def summary_wide(summary: pl.DataFrame) -> pl.DataFrame:
+    """One row per provider/index/nprobe, one column per measure in measure_order."""
+    measures = sorted(set(summary["measure"].to_list()), key=measure_order)
+    wide = (summary.pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
+            .sort(["provider", "index", "nprobe"], nulls_last=False))
+    return wide.select("provider", "index", "nprobe", "queries", *measures)
+
+
 def summary_table_text(summary: pl.DataFrame) -> str:
-    """The summary as a fixed-width text table: one row per provider/index/nprobe."""
-    measures = [m for m in CONSOLE_MEASURES if m in set(summary["measure"].to_list())]
-    wide = (
-        summary.filter(pl.col("measure").is_in(measures))
-        .pivot(on="measure", index=["provider", "index", "nprobe", "queries"], values="value")
-        .sort(["provider", "index", "nprobe"], nulls_last=False)
-    )
-    return text_table(wide.select("provider", "index", "nprobe", "queries", *measures))
+    """The summary as a fixed-width text table: one row per provider/index/nprobe, every measure."""
+    return text_table(summary_wide(summary))

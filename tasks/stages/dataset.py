@@ -9,10 +9,12 @@ at its source rather than debugged downstream.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +59,7 @@ class Dataset:
     queries: pl.DataFrame  # query_id, text, language, category, split
     qrels: pl.DataFrame  # query_id, doc_id, grade
     notes: tuple[str, ...] = ()
+    unjudged_queries: tuple[str, ...] = ()  # in the split but without judgments: dropped, not scored
 
 
 # One judgment as read, before grade mapping; `where` is "file:line" for error messages.
@@ -93,13 +96,15 @@ def load_dataset(
     *,
     qrels_path: str | Path | None = None,
     grade_map: dict[int, int] | None = None,
+    unicode: str = "nfc",
     **options: Any,
 ) -> Dataset:
     """Load and validate a collection, keeping only the queries of `split` ("dev", "test", "all").
 
     `qrels_path` replaces the format's judgments by a TREC qrels file; `grade_map` maps raw
     grades before validation (it must cover every grade present). Queries without judgments
-    are dropped; the corpus is kept whole. Options: `name` for every format, and
+    are dropped; the corpus is kept whole. `unicode` "nfc" (default) normalises titles and
+    texts to Unicode NFC, "raw" keeps them as read. Options: `name` for every format, and
     `query_language` / `doc_language` ("en" | "hi") for xquad, `collection` ("npl" | "cisi" | "med")
     for glasgow.
     """
@@ -107,6 +112,8 @@ def load_dataset(
         raise DatasetError(f"unknown dataset format {format!r} (expected one of {sorted(_READERS)})")
     if split not in SPLITS:
         raise DatasetError(f"unknown split {split!r} (expected one of {list(SPLITS)})")
+    if unicode not in UNICODE_FORMS:
+        raise DatasetError(f"unknown unicode form {unicode!r} (expected one of {list(UNICODE_FORMS)})")
     reader, allowed = _READERS[format]
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -119,7 +126,27 @@ def load_dataset(
         raw.notes.append(f"judgments from TREC qrels file {Path(qrels_path).name}")
     if grade_map is None:
         grade_map = raw.default_grade_map
+    _normalise_text(raw, unicode)
     return _assemble(raw, split, grade_map)
+
+
+# NFC by default: the same words typed on two systems (é as one code point or as e + U+0301)
+# are then the same text, with the same cache keys, tokens and scores; "raw" keeps the bytes.
+UNICODE_FORMS = ("nfc", "raw")
+
+
+def _normalise_text(raw: _Raw, form: str) -> None:
+    if form == "raw":
+        raw.notes.append("text kept as read (dataset.unicode: raw, no Unicode normalisation)")
+        return
+    nfc = functools.partial(unicodedata.normalize, "NFC")
+    docs = [(i, nfc(title), nfc(text), language) for i, title, text, language in raw.docs]
+    queries = [(i, nfc(text), *rest) for i, text, *rest in raw.queries]
+    changed_docs = sum(a != b for a, b in zip(docs, raw.docs))
+    changed_queries = sum(a != b for a, b in zip(queries, raw.queries))
+    raw.docs, raw.queries = docs, queries
+    raw.notes.append(f"text normalised to Unicode NFC (dataset.unicode: nfc): {changed_docs} documents and "
+                     f"{changed_queries} queries changed")
 
 
 def content_hash(ds: Dataset) -> str:
@@ -218,10 +245,13 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
     in_split = [q for q in raw.queries if split == "all" or q[4] == split]
     judged = {q for q, _, _ in judgments}
     kept = [q for q in in_split if q[0] in judged]
-    if len(kept) < len(in_split):
-        dropped = len(in_split) - len(kept)
-        log.info("%s: %d queries in split %r have no judgments; dropped", raw.name, dropped, split)
-        notes.append(f"{dropped} queries in split {split!r} without judgments dropped")
+    unjudged = tuple(q[0] for q in in_split if q[0] not in judged)
+    if unjudged:
+        shown = ", ".join(unjudged[:20]) + (f", ... ({len(unjudged) - 20} more)" if len(unjudged) > 20 else "")
+        # A warning, not a note only: a query the user wrote and expects scored is not.
+        log.warning("%s: %d queries in split %r have no judgments and are not scored: %s",
+                    raw.name, len(unjudged), split, shown)
+        notes.append(f"{len(unjudged)} queries in split {split!r} without judgments dropped: {shown}")
     if not kept:
         raise DatasetError(
             f"{raw.queries_file}: no judged queries in split {split!r} "
@@ -247,6 +277,7 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
         queries=pl.DataFrame(kept, schema=QUERIES_SCHEMA, orient="row"),
         qrels=pl.DataFrame(judgments, schema=QRELS_SCHEMA, orient="row"),
         notes=tuple(notes),
+        unjudged_queries=unjudged,
     )
 
 
@@ -317,7 +348,7 @@ def _str_field(obj: dict, key: str, where: str, *, default: str | None = None, n
     value = obj.get(key)
     if value is None:
         if default is None:
-            raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+            raise DatasetError(_absent(obj, key, where, "a string"))
         return default
     if not isinstance(value, str):
         raise DatasetError(f"{where}: field {key!r} must be a string, found {_json_type(value)} {value!r}")
@@ -326,10 +357,16 @@ def _str_field(obj: dict, key: str, where: str, *, default: str | None = None, n
     return value
 
 
+def _absent(obj: dict, key: str, where: str, expected: str) -> str:
+    if key in obj:  # present as JSON null: saying "missing" while listing it would confuse
+        return f"{where}: field {key!r} is null; expected {expected}"
+    return f"{where}: missing required field {key!r} (found fields {sorted(obj)})"
+
+
 def _int_field(obj: dict, key: str, where: str) -> int:
     value = obj.get(key)
     if value is None:
-        raise DatasetError(f"{where}: missing required field {key!r} (found fields {sorted(obj)})")
+        raise DatasetError(_absent(obj, key, where, "an integer"))
     # bool is an int subclass in Python; true/false are not grades.
     if isinstance(value, bool) or not isinstance(value, int):
         raise DatasetError(f"{where}: field {key!r} must be an integer, found {_json_type(value)} {value!r}")
@@ -350,6 +387,13 @@ class _Ids:
         self.first: dict[str, str] = {}
 
     def add(self, id_: str, where: str) -> None:
+        if any(c.isspace() for c in id_):
+            # runs.trec and TREC qrels separate their fields by whitespace: such an id
+            # would be split in two there, and `retbench eval` would refuse the run.
+            raise DatasetError(
+                f"{where}: id {id_!r} contains whitespace; expected an id without spaces, tabs or "
+                f"line breaks (TREC run and qrels files cannot hold it), e.g. {'_'.join(id_.split())!r}"
+            )
         if id_ in self.first:
             raise DatasetError(f"{where}: duplicate id {id_!r} (first at {self.first[id_]})")
         self.first[id_] = where

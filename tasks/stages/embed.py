@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,9 +36,10 @@ import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
 from tasks.stages.vectors import l2_normalized
-from tasks.store.build import StageResult, build_once, write_checked
+from tasks.store.build import StageResult, build_once
+from tasks.store import shards
 from tasks.store.files import stable_hash, write_json
-from tasks.store.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum
+from tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench.embed")
 
@@ -124,7 +124,7 @@ def embed_texts(
     set_key = stable_hash(fp_hash, role, keys, list(ids))
     set_path = Path(store) / "sets" / f"{set_key}.parquet"
     # One writer per provider folder: a second run waits here, then finds the rows cached.
-    with file_lock(cache_lock(directory)):
+    with shards.folder_lock(directory):
         if not (directory / "fingerprint.json").exists():
             write_json(directory / "fingerprint.json", fingerprint)
         live = heal_cache(directory, store)
@@ -275,25 +275,19 @@ def _vector_table(keys: list[str], vectors: np.ndarray, tokens=None) -> pa.Table
     return pa.table(columns)
 
 
-def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray | None, stamp: int | None = None,
-                 tokens=None, table: pa.Table | None = None) -> Path:
-    name = f"shard-{stamp or time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-    if table is None:
-        table = _vector_table(keys, vectors, tokens)
-    return write_checked(directory / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+def _write_shard(directory: Path, keys: list[str], vectors: np.ndarray, tokens=None) -> Path:
+    return shards.write_shard(directory, _vector_table(keys, vectors, tokens))
 
 
 def _remove_shard(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    Path(f"{path}.sha256").unlink(missing_ok=True)
+    shards.remove_shard(path)
 
 
-def _merge_shards(directory: Path, shards: list[Path]) -> None:
-    # The merged shard is complete on disk before the small ones go, so a crash
-    # here leaves duplicates, never a gap; the next call's heal_cache drops them.
-    table = pa.concat_tables([pq.read_table(path) for path in shards], promote_options="permissive")
-    _write_shard(directory, [], None, table=table)
-    for path in shards:
+def _merge_shards(directory: Path, paths: list[Path]) -> None:
+    # The merged shard is complete on disk before the small ones go, so a crash here leaves
+    # duplicates, never a gap; the next call's heal_cache drops them.
+    shards.write_shard(directory, pa.concat_tables([pq.read_table(path) for path in paths], promote_options="permissive"))
+    for path in paths:
         _remove_shard(path)
 
 
@@ -320,24 +314,10 @@ def heal_cache(directory: Path, store: Path) -> LiveRows:
       its place in the order is kept) before the old file goes. Killed half-way, this leaves
       duplicates again, never a gap, and the next call finishes the job.
     """
-    directory = Path(directory)
-    for stale in directory.glob(".shard-*.tmp"):
-        stale.unlink(missing_ok=True)
     seen = LiveRows()
     sources: set[str] = set()
-    for path in shard_paths(directory)[::-1]:  # newest first
-        state = checksum_ok(path)
-        try:
-            head = pq.read_table(path, columns=_head_columns(path)) if state is not False else None
-            shard_keys = head.column("key").to_pylist() if head is not None else None
-        except Exception as error:  # a file that does not parse is damage, whatever pyarrow raises
-            quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
-            continue
-        if shard_keys is None:
-            quarantine(path, store, "checksum mismatch (truncated or corrupted)")
-            continue
-        if state is None:
-            record_checksum(path)
+    for path, head in shards.scan_shards(directory, store, ["key", "tokens", "token_source"], newest_first=True):
+        shard_keys = head.column("key").to_pylist()
         counts = head.column("tokens").to_pylist() if "tokens" in head.column_names else [None] * len(shard_keys)
         if "token_source" in head.column_names:
             sources.update(head.column("token_source").unique().to_pylist())
@@ -351,8 +331,7 @@ def heal_cache(directory: Path, store: Path) -> LiveRows:
             dropped = len(shard_keys) - len(live_rows)
             if live_rows:
                 table = pq.read_table(path).take(pa.array(live_rows, pa.int64()))
-                stamp = int(path.name.split("-")[1])
-                _write_shard(directory, [], None, stamp=stamp, table=table)
+                shards.write_shard(directory, table, stamp=shards.shard_stamp(path))
             _remove_shard(path)
             log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name)
         seen.update(row_seen)
@@ -360,13 +339,7 @@ def heal_cache(directory: Path, store: Path) -> LiveRows:
     return seen
 
 
-def _head_columns(path: Path) -> list[str]:
-    names = pq.read_schema(path).names
-    return ["key"] + [c for c in ("tokens", "token_source") if c in names]
-
-
-def shard_paths(directory: Path) -> list[Path]:
-    return sorted(Path(directory).glob("shard-*.parquet"))
+shard_paths = shards.shard_paths
 
 
 def cached_keys(directory: Path) -> set[str]:
@@ -418,7 +391,7 @@ def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, Lo
     keys = wanted.select("key").with_row_index("position")
     del wanted
     # Shared lock: no writer merges or heals (deletes shards) while we plan and read.
-    with file_lock(cache_lock(Path(embedding_set.cache_dir)), shared=True):
+    with shards.folder_lock(embedding_set.cache_dir, shared=True):
         return _read_vectors_locked(embedding_set, ids, keys)
 
 

@@ -33,6 +33,7 @@ class DatasetRef(StageResult):
     queries: int
     judgments: int
     notes: tuple[str, ...]
+    unjudged_queries: tuple[str, ...] = ()  # ids of queries dropped for having no judgments
 
     @property
     def content_hash(self) -> str:
@@ -59,6 +60,35 @@ class ChunksRef(StageResult):
 _DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset.json")  # dataset.json last
 
 
+def check_inputs(spec: BenchmarkSpec) -> None:
+    """What can be checked in milliseconds before any work (and before Prefect starts):
+    the dataset and qrels paths exist, and the output and store directories are folders
+    this process can write. Raises DatasetError or StoreError naming the spec key."""
+    from tasks.stages.dataset import DatasetError
+    from tasks.store.integrity import StoreError
+    from tasks.store.remote import is_remote
+
+    dataset = spec.dataset
+    if not dataset.path.exists():
+        raise DatasetError(f"dataset.path {dataset.path}: not found; expected the {dataset.format} collection's "
+                           "folder (relative paths are read from the spec file's folder)")
+    if not dataset.path.is_dir():
+        raise DatasetError(f"dataset.path {dataset.path}: a file; expected the folder of the {dataset.format} collection")
+    if dataset.qrels is not None and not dataset.qrels.is_file():
+        raise DatasetError(f"dataset.qrels {dataset.qrels}: not found; expected a TREC qrels file")
+    folders = [("output", "output_dir", Path(spec.output_dir))]
+    if not is_remote(spec.store_dir):
+        folders.append(("store", "store_dir", Path(spec.store_dir)))
+    for what, key, folder in folders:
+        # The nearest existing ancestor must be a folder: mkdir under a file fails much later.
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            shown = folder if existing == folder else f"{folder} (its parent {existing})"
+            raise StoreError(f"{key} {shown} is a file, not a folder; point --{key.replace('_', '-')} "
+                             f"(or {key} in the spec) at a folder")
+        ensure_writable(folder, what)
+
+
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     started = time.perf_counter()
     ensure_writable(spec.store_dir, "store")
@@ -66,7 +96,8 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     dataset_spec = spec.dataset
     dataset = load_dataset(
         dataset_spec.path, dataset_spec.format, dataset_spec.split,
-        qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, **dataset_spec.options,
+        qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, unicode=dataset_spec.unicode,
+        **dataset_spec.options,
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
@@ -75,7 +106,7 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     return DatasetRef(
         path=str(directory), key=digest, computed=made.computed, seconds=time.perf_counter() - started,
         name=dataset.name, documents=dataset.corpus.height, queries=dataset.queries.height,
-        judgments=dataset.qrels.height, notes=tuple(dataset.notes),
+        judgments=dataset.qrels.height, notes=tuple(dataset.notes), unjudged_queries=dataset.unjudged_queries,
     )
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,14 +24,14 @@ from typing import Callable
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.analysis.cost import weakest_source
 from tasks.rerankers.base import RerankBatch, Reranker
 from tasks.stages.retrieve import RUN_SCHEMA, trec_order
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_json, write_parquet
-from tasks.store.integrity import checksum_ok, file_lock, parquet_readable, quarantine, record_checksum
+from tasks.store import shards
+from tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench.rerank")
 
@@ -104,7 +103,7 @@ def rerank_run(run: pl.DataFrame, reranker: Reranker, reranker_name: str, querie
     counts: dict = {}
 
     def build(tmp: str) -> dict:
-        with file_lock(directory / ".lock"):
+        with shards.writing(directory):
             if not (directory / "fingerprint.json").exists():
                 write_json(directory / "fingerprint.json", fingerprint)
             live = heal_scores(directory, store)
@@ -198,43 +197,22 @@ def _write_shard(directory: Path, keys: list[str], batch: RerankBatch, stamp: in
 
 
 def _write_table(directory: Path, table: pa.Table, stamp: int | None = None) -> Path:
-    name = f"shard-{stamp or time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-    path = write_parquet(table, directory / name)
-    record_checksum(path)
-    return path
+    return shards.write_shard(directory, table, stamp)
 
 
-def _merge(directory: Path, shards: list[Path]) -> None:
-    # The merged shard is on disk before the small ones go: a crash leaves duplicates, never a gap.
-    _write_table(directory, pa.concat_tables([pq.read_table(p, schema=SCORE_SCHEMA) for p in shards]))
-    for path in shards:
-        path.unlink(missing_ok=True)
-        Path(f"{path}.sha256").unlink(missing_ok=True)
+def _merge(directory: Path, paths: list[Path]) -> None:
+    shards.merge_shards(directory, paths)
 
 
-def shard_paths(directory: Path) -> list[Path]:
-    return sorted(Path(directory).glob("shard-*.parquet"))
+shard_paths = shards.shard_paths
 
 
 def heal_scores(directory: Path, store: str | Path) -> set[str]:
-    """Quarantine damaged shards, give sidecar-less ones a sidecar, drop temp files of killed
-    writers; the cached keys. Call with the folder's lock held."""
-    for stale in Path(directory).glob(".shard-*.tmp"):
-        stale.unlink(missing_ok=True)
+    """The cached keys, after the shard folder's scan (damaged shards quarantined, temp files
+    of killed writers removed). Call with the folder's lock held."""
     keys: set[str] = set()
-    for path in shard_paths(directory):
-        state = checksum_ok(path)
-        if state is False:
-            quarantine(path, store, "checksum mismatch (truncated or corrupted)")
-            continue
-        try:
-            shard_keys = pq.read_table(path, columns=["key"]).column("key").to_pylist()
-        except Exception as error:  # whatever pyarrow raises, an unreadable shard is damage
-            quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
-            continue
-        if state is None:
-            record_checksum(path)
-        keys.update(shard_keys)
+    for _, head in shards.scan_shards(directory, store, ["key"]):
+        keys.update(head.column("key").to_pylist())
     return keys
 
 

@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 import faiss
 import numpy as np
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
-from tasks.config.sweep import HNSWGrid, IVFGrid, IVFPQGrid, SweepSpec  # noqa: F401  (re-exported)
+from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
 from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, load_index, resolve_ivf, set_query_params
 from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate, parse_measure

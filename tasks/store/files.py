@@ -46,6 +46,9 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # mkstemp creates 0600; a plain open() would give 0666 minus the umask, which
+    # is what a reader of the output (a dashboard user, a teammate) expects.
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     try:
         write(tmp)
@@ -61,6 +64,21 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it, which
+    would race with threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -1,0 +1,95 @@
+"""Keyed caches kept as a folder of Parquet shards (the embedding cache, the rerank score cache).
+
+A cache that grows batch by batch cannot be one `build_once` file: each batch is written as a
+shard the moment it is computed, so a crash loses at most the batch in flight. This module is
+that routine, once: the folder's lock (writers exclusive, readers shared), writing a shard
+(temp file, rename, checksum via `build.write_checked`), removing one, and scanning the folder
+(temp files of killed writers deleted, damaged shards quarantined, sidecar-less ones given a
+checksum). What a row means, and which of two rows with one key wins, is the cache's business.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.store.build import write_checked
+from tasks.store.integrity import checksum_ok, file_lock, quarantine, record_checksum
+
+
+def folder_lock(directory: str | Path, shared: bool = False):
+    """Exclusive for writers (check the cache, compute what is missing, write it); shared for
+    readers, so no writer merges or deletes shards under them."""
+    return file_lock(Path(directory) / ".lock", shared=shared)
+
+
+def shard_paths(directory: str | Path) -> list[Path]:
+    """Oldest first (names start with a nanosecond time stamp)."""
+    return sorted(Path(directory).glob("shard-*.parquet"))
+
+
+def shard_stamp(path: Path) -> int:
+    return int(path.name.split("-")[1])
+
+
+def write_shard(directory: str | Path, table: pa.Table, stamp: int | None = None) -> Path:
+    """One shard, complete on disk with its checksum before this returns. `stamp` keeps a
+    rewritten shard's place in the order."""
+    name = f"shard-{stamp or time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+    return write_checked(Path(directory) / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def remove_shard(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    Path(f"{path}.sha256").unlink(missing_ok=True)
+
+
+def merge_shards(directory: str | Path, shards: list[Path]) -> None:
+    """Shards written by one call become one. The merged shard is on disk before the small ones
+    go, so a crash here leaves duplicate rows, never a gap (the next scan's caller drops them)."""
+    if len(shards) < 2:
+        return
+    write_shard(directory, pa.concat_tables([pq.read_table(p) for p in shards], promote_options="permissive"))
+    for path in shards:
+        remove_shard(path)
+
+
+def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
+                newest_first: bool = False) -> Iterator[tuple[Path, pa.Table]]:
+    """(shard, its `columns` that exist) for every intact shard. Call with the lock held.
+
+    Leftover temporary files of killed writers are deleted; a shard whose bytes do not match
+    its sidecar, or that does not parse, is quarantined (its rows are computed again); a shard
+    written without its sidecar (killed between the two renames) gets one."""
+    directory = Path(directory)
+    for stale in directory.glob(".shard-*.tmp"):
+        stale.unlink(missing_ok=True)
+    paths = shard_paths(directory)
+    for path in paths[::-1] if newest_first else paths:
+        state = checksum_ok(path)
+        if state is False:
+            quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+            continue
+        try:
+            present = [c for c in columns if c in pq.read_schema(path).names]
+            head = pq.read_table(path, columns=present)
+        except Exception as error:  # whatever pyarrow raises, an unreadable shard is damage
+            quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
+            continue
+        if state is None:
+            record_checksum(path)
+        yield path, head
+
+
+@contextlib.contextmanager
+def writing(directory: str | Path) -> Iterator[Path]:
+    """The folder, created and locked for a writer."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with folder_lock(directory):
+        yield directory

@@ -356,10 +356,11 @@ def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
 
 
 def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, queries: pl.Series,
-          relevance_level: int) -> Ranked:
+          relevance_level: int, run_checked: bool = False) -> Ranked:
     # Query ids become integer codes in id order, so every later step works on numbers.
     code = run["query_id"].cast(pl.Enum(run_queries)).to_physical().to_numpy()
-    _check_run_duplicates(run, code)
+    if not run_checked:
+        _check_run_duplicates(run, code)
     evaluated = run_queries.is_in(queries.implode()).to_numpy()
     to_eval = np.full(len(run_queries), -1, dtype=np.int64)
     to_eval[evaluated] = np.arange(evaluated.sum())
@@ -393,8 +394,12 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
 
 
 def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
-             relevance_level: int = 1, complete: bool = False) -> Evaluation:
-    """Score ``run`` against ``qrels`` with trec_eval's conventions (see module docstring)."""
+             relevance_level: int = 1, complete: bool = False, run_checked: bool = False) -> Evaluation:
+    """Score ``run`` against ``qrels`` with trec_eval's conventions (see module docstring).
+
+    ``run_checked``: the caller guarantees no (query, doc) pair repeats in ``run``
+    (tasks.analysis.trec.read_run refuses such files, naming the line), so the check is skipped.
+    """
     if isinstance(measures, str):
         measures = [measures]
     parsed = list({str(m): m for m in map(parse_measure, measures)}.values())
@@ -419,7 +424,7 @@ def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
 
     ids = both
     if len(both):
-        ranked = _rank(run, qrels, run_q, both, relevance_level)
+        ranked = _rank(run, qrels, run_q, both, relevance_level, run_checked)
         scored = [m.compute(ranked) for m in parsed]
     else:
         scored = [np.zeros(0) for _ in parsed]

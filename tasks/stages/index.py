@@ -100,13 +100,18 @@ def build_faiss_index(vectors: np.ndarray, settings) -> tuple[faiss.Index, float
     """(index, train seconds, build seconds = train + add) over L2-normalised vectors, inner product.
 
     One builder for every kind (IndexSettings here, AnnSettings for the sweep), so an IVF
-    file is identical whichever stage builds it.
+    file is identical whichever stage builds it. `vectors` is a raw matrix, or a row source
+    with `shape`, row indexing and `normalised = True` (tasks.stages.build_vectors), whose
+    `fill_normalised(out)`, when it has one, writes every normalised row into the flat index's storage.
     """
     n, dim = vectors.shape
     started = time.perf_counter()
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
-    elif settings.kind == "hnsw":
+        _fill_flat(index, vectors)
+        seconds = time.perf_counter() - started
+        return index, 0.0, seconds
+    if settings.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = settings.ef_construction
     elif settings.kind == "ivf":
@@ -129,9 +134,24 @@ def build_faiss_index(vectors: np.ndarray, settings) -> tuple[faiss.Index, float
     return index, train_seconds, time.perf_counter() - started
 
 
-def _normalized_rows(vectors: np.ndarray, rows) -> np.ndarray:
+def _fill_flat(index: faiss.IndexFlat, vectors) -> None:
+    """Size the storage once and write normalised rows into it: adding batch by batch would
+    regrow it by doubling, holding the old and the new buffer at once."""
+    n, dim = vectors.shape
+    index.codes.resize(n * dim * 4)
+    index.ntotal = n
+    storage = faiss.rev_swig_ptr(index.codes.data(), n * dim * 4).view(np.float32).reshape(n, dim)
+    if hasattr(vectors, "fill_normalised"):
+        vectors.fill_normalised(storage)
+        return
+    for start in range(0, n, _ADD_BATCH):
+        storage[start:start + _ADD_BATCH] = _normalized_rows(vectors, slice(start, start + _ADD_BATCH))
+
+
+def _normalized_rows(vectors, rows) -> np.ndarray:
     batch = np.array(vectors[rows], dtype=np.float32, order="C", copy=True)
-    faiss.normalize_L2(batch)
+    if not getattr(vectors, "normalised", False):
+        faiss.normalize_L2(batch)
     return batch
 
 

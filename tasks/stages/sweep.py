@@ -23,7 +23,8 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.stages.ann_index import AnnSettings, BuildInfo, ensure_index, load_vectors_mapped, read_index, set_query_params
+from tasks.stages.ann_index import AnnSettings, BuildInfo, ann_index_path, ensure_index, load_vectors_mapped, read_index, set_query_params
+from tasks.stages.build_vectors import CachedVectors
 from tasks.stages.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
 from tasks.stages.index import default_nlist, normalized, resolve_ivf
 from tasks.analysis.metrics import evaluate, parse_measure
@@ -415,24 +416,18 @@ def run_sweep(
     grid = resolve_grid(spec, doc_set.count, doc_set.dim)
     measures = spec.measures()
 
-    # 1. Build what is missing. The vectors are read only if something must be built, and
-    #    dropped before searching, so a flat and an approximate index are the most ever held.
-    loaded: dict = {}
-
-    def vectors() -> np.ndarray:
-        if "matrix" not in loaded:
-            started = time.perf_counter()
-            _, loaded["matrix"], loaded["report"] = load_vectors_mapped(doc_set)
-            stages["load_vectors"] = time.perf_counter() - started
-        return loaded["matrix"]
-
+    # 1. Build what is missing. The vectors are read from the cache only if the flat index
+    #    (first in the grid) must be built, straight into its storage; later builds page their
+    #    rows in from the flat file, so the vectors are in memory once, plus the index being built.
+    source = CachedVectors(doc_set, ann_index_path(store, doc_set, grid[0][0]))
     builds: list[BuildInfo] = []
     for settings, _ in grid:
-        info = ensure_index(doc_set, settings, store, vectors, force=force)
+        info = ensure_index(doc_set, settings, store, lambda: source, force=force)
         say(f"{provider} {Path(info.path).name}: {'built' if info.built else 'reused'}")
         builds.append(info)
-    load_report = asdict(loaded["report"]) if "report" in loaded else None
-    loaded.clear()
+    load_report = asdict(source.report) if source.report else None
+    if source.report:
+        stages["load_vectors"] = source.load_seconds
     stages["build"] = time.perf_counter() - clock - stages.get("load_vectors", 0.0)
 
     # 2. Queries, chunk -> document, judgments.
@@ -521,6 +516,10 @@ def run_sweep(
         raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
     row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
     rows.append(row)
+    # From here the flat index only looks up the exact scores of a few hits: a memory-mapped
+    # copy pages in just those rows, so it and an approximate index are not both resident.
+    del flat
+    flat = faiss.read_index(flat_info.path, faiss.IO_FLAG_MMAP_IFC)
     for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
         index = read_index(info.path)
         for params in query_grid:

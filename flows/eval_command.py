@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.metrics import evaluate, parse_measure
+from tasks.analysis.metrics import DuplicateDocError, evaluate, parse_measure
 from tasks.analysis.trec import read_qrels, read_run
 
 DEFAULT_MEASURES = ["ndcg@10", "recall@10", "mrr", "map"]
@@ -50,7 +50,9 @@ def score_files(qrels_path: Path, run_path: Path, measures: list[str], *, releva
     rows, for each run (tag) in the file; the run column only when the file holds several."""
     measures = [str(parse_measure(m)) for m in measures]
     qrels = read_qrels(qrels_path)
-    runs = read_run(run_path, tags=True)
+    # evaluate checks for repeated docs anyway, more cheaply; only then is the file re-read
+    # to name the lines.
+    runs = read_run(run_path, tags=True, unique=False)
     if tag is not None:
         runs = runs.filter(pl.col("tag") == tag)
         if runs.is_empty():
@@ -59,7 +61,11 @@ def score_files(qrels_path: Path, run_path: Path, measures: list[str], *, releva
     parts = []
     for name in tags:
         run = runs.filter(pl.col("tag") == name) if len(tags) > 1 else runs
-        table = _scores(run.drop("tag"), qrels, measures, relevance_level, complete, per_query)
+        try:
+            table = _scores(run.drop("tag"), qrels, measures, relevance_level, complete, per_query)
+        except DuplicateDocError:
+            read_run(run_path, tags=True)  # raises, naming the file and both lines
+            raise
         parts.append(table.select(pl.lit(name).alias("run"), pl.all()) if len(tags) > 1 else table)
     if not parts:
         raise ValueError(f"{run_path}: no run lines")
@@ -68,9 +74,7 @@ def score_files(qrels_path: Path, run_path: Path, measures: list[str], *, releva
 
 def _scores(run: pl.DataFrame, qrels: pl.DataFrame, measures: list[str], relevance_level: int,
             complete: bool, per_query: bool) -> pl.DataFrame:
-    # read_run refused repeated (query, doc) pairs within a run, naming the line.
-    ev = evaluate(run, qrels, measures, relevance_level=relevance_level, complete=complete,
-                  run_checked=True)
+    ev = evaluate(run, qrels, measures, relevance_level=relevance_level, complete=complete)
     means = pl.DataFrame(
         {"query_id": SUMMARY_ID, "measure": list(ev.means()), "value": list(ev.means().values())},
         schema={"query_id": pl.String, "measure": pl.String, "value": pl.Float64},

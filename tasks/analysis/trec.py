@@ -54,7 +54,7 @@ def _single_spaced(data: bytes) -> bool:
     return data.isascii() or not any(c in data for c in _UNICODE_SPACE)
 
 
-def _fast(data: bytes, layout: _Layout) -> pl.DataFrame | None:
+def _fast(data: bytes, layout: _Layout, unique: bool = True) -> pl.DataFrame | None:
     """The parsed, validated frame, or None when the file needs the line-by-line path
     (other whitespace, runs of spaces, or any fault: the slow path finds and names it)."""
     if not _single_spaced(data):
@@ -77,7 +77,7 @@ def _fast(data: bytes, layout: _Layout) -> pl.DataFrame | None:
         df = df.filter(pl.col("_missing") == 0)
     df = df.drop("_missing").with_columns(
         pl.col(layout.number).alias("_number"), *[pl.col(c).alias(f"_{c}") for c in layout.integer])
-    if _faults(df, layout).height or _duplicates(df, layout).height:
+    if _faults(df, layout).height or (unique and _duplicates(df, layout).height):
         return None
     return df
 
@@ -162,21 +162,25 @@ def _slow(path: Path, data: bytes, layout: _Layout) -> pl.DataFrame:
     return df
 
 
-def _read(path: str | Path, layout: _Layout) -> pl.DataFrame:
+def _read(path: str | Path, layout: _Layout, unique: bool = True) -> pl.DataFrame:
     path = Path(path)
     data = path.read_bytes()
     if data.startswith(_BOM):  # a BOM is tolerated, as by the dataset loaders
         data = data[len(_BOM):]
-    df = _fast(data, layout)
+    df = _fast(data, layout, unique)
     return df if df is not None else _slow(path, data, layout)
 
 
-def read_run(path: str | Path, *, tags: bool = False) -> pl.DataFrame:
+def read_run(path: str | Path, *, tags: bool = False, unique: bool = True) -> pl.DataFrame:
     """A TREC run as ``query_id, doc_id, score`` (file order; rank is checked, not kept),
     and ``tag`` too when ``tags``. A (query, doc) pair may repeat only under different tags
     (a file holding several runs, as retbench's runs.trec does); ``tags=False`` refuses
-    files holding more than one run, since their rows cannot be told apart."""
-    df = _read(path, _RUN).select("query_id", "doc_id", pl.col("_number").alias("score"), "tag")
+    files holding more than one run, since their rows cannot be told apart.
+
+    ``unique=False`` skips the repeated-pair check when the file is well formed, for a caller
+    whose scorer checks again anyway (tasks.analysis.metrics.evaluate raises
+    DuplicateDocError, then a plain read_run names the lines)."""
+    df = _read(path, _RUN, unique).select("query_id", "doc_id", pl.col("_number").alias("score"), "tag")
     if tags:
         return df
     names = df["tag"].unique(maintain_order=True)

@@ -24,7 +24,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tasks.stages.ann_index import AnnSettings, BuildInfo, ann_index_path, ensure_index, load_vectors_mapped, read_index, set_query_params
-from tasks.stages.build_vectors import CachedVectors
+from tasks.stages.build_vectors import CachedVectors, FlatFile
 from tasks.stages.embed import EmbeddingSet, cache_key, fingerprint_hash, _vector_table
 from tasks.stages.index import default_nlist, normalized, resolve_ivf
 from tasks.analysis.metrics import evaluate, parse_measure
@@ -516,10 +516,10 @@ def run_sweep(
         raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
     row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
     rows.append(row)
-    # From here the flat index only looks up the exact scores of a few hits: a memory-mapped
-    # copy pages in just those rows, so it and an approximate index are not both resident.
+    # From here the flat index only looks up the exact scores of a few hits: reading just those
+    # rows from its file keeps it and an approximate index from being resident together.
     del flat
-    flat = faiss.read_index(flat_info.path, faiss.IO_FLAG_MMAP_IFC)
+    flat = FlatFile(flat_info.path)
     for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
         index = read_index(info.path)
         for params in query_grid:

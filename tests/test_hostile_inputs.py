@@ -248,7 +248,12 @@ def test_pipeline_with_hostile_ids_writes_only_under_store_and_output(tmp_path):
         run = retrieve_mod.retrieve(built, doc_set, query_set, chunks.path, 5, None, Path(loaded.store_dir))
         table = pl.read_parquet(run.path)
         assert set(table["query_id"].to_list()) == set(ids) and set(table["doc_id"].to_list()) <= set(ids)
-        retrieve_mod.write_trec_run(table, tmp_path / "out" / f"{provider.name}.trec")
+        # TREC fields are whitespace-separated: the id with spaces is refused, naming it,
+        # rather than written into a file that would not read back.
+        with pytest.raises(ValueError, match=r"'<img src=x onerror=alert\(1\)>' is empty or contains whitespace"):
+            retrieve_mod.write_trec_run(table, tmp_path / "out" / f"{provider.name}.trec")
+        spaced = pl.col("query_id").str.contains(r"\s") | pl.col("doc_id").str.contains(r"\s")
+        retrieve_mod.write_trec_run(table.filter(~spaced), tmp_path / "out" / f"{provider.name}.trec")
     written = {p for p in tmp_path.parent.rglob("*") if p.is_file()} - before
     allowed = (tmp_path / "store", tmp_path / "out", spec_dir)
     outside = [p for p in written if not any(p.is_relative_to(root) for root in allowed)]

@@ -195,7 +195,8 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
     return _read(path, _QRELS).select("query_id", "doc_id", pl.col("_number").alias("grade"))
 
 
-def _check_tokens(df: pl.DataFrame, columns: list[str], what: str) -> None:
+def check_trec_tokens(df: pl.DataFrame, columns: list[str], what: str) -> None:
+    """Refuse id columns that cannot be TREC fields (not text, empty, or with whitespace)."""
     # A space or an empty id would shift every later column when the file is read back.
     for col in columns:
         if df.schema[col] != pl.String:
@@ -218,7 +219,7 @@ def write_run(df: pl.DataFrame, path: str | Path, tag: str) -> None:
     _require(df, ["query_id", "doc_id", "score"], "run")
     if not tag or any(c.isspace() for c in tag):
         raise ValueError(f"run tag {tag!r} is empty or contains whitespace")
-    _check_tokens(df, ["query_id", "doc_id"], "run")
+    check_trec_tokens(df, ["query_id", "doc_id"], "run")
     out = (
         df.select("query_id", "doc_id", pl.col("score").cast(pl.Float64))
         .sort(["query_id", "score", "doc_id"], descending=[False, True, True])
@@ -237,7 +238,7 @@ def write_run(df: pl.DataFrame, path: str | Path, tag: str) -> None:
 def write_qrels(df: pl.DataFrame, path: str | Path) -> None:
     """Write ``query_id, doc_id, grade`` as TREC qrels (iteration column 0), sorted by ids."""
     _require(df, ["query_id", "doc_id", "grade"], "qrels")
-    _check_tokens(df, ["query_id", "doc_id"], "qrels")
+    check_trec_tokens(df, ["query_id", "doc_id"], "qrels")
     if not df.schema["grade"].is_integer():
         raise ValueError(f"qrels: column grade must be an integer (found {df.schema['grade']})")
     out = df.sort(["query_id", "doc_id"]).select("query_id", pl.lit(0).alias("iter"), "doc_id", "grade")

@@ -67,7 +67,8 @@ class FlatFile:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        flat = faiss.read_index(str(self.path), faiss.IO_FLAG_MMAP_IFC)  # header only; no rows touched
+        # Mapped, only the header is read (faiss >= 1.11; older ones read the whole index here).
+        flat = faiss.read_index(str(self.path), getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
         try:
             n, d = flat.ntotal, flat.d
             if not isinstance(flat, faiss.IndexFlat):

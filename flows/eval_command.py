@@ -30,6 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "uses the grades themselves)")
     p.add_argument("-c", "--complete", action="store_true",
                    help="average over every qrels query; queries missing from the run score 0")
+    p.add_argument("-t", "--tag", metavar="TAG",
+                   help="score only the run with this tag (last column); a file holding several "
+                        "runs, like retbench's runs.trec, is otherwise scored run by run")
     p.add_argument("--format", choices=["table", "json", "parquet"], default="table")
     p.add_argument("-o", "--output", type=Path, metavar="PATH",
                    help="write here instead of stdout (required for parquet)")
@@ -37,63 +40,85 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _results(args: argparse.Namespace):
-    """Long table query_id, measure, value: per-query rows (if asked) then the 'all' rows."""
+def score_files(qrels_path: Path, run_path: Path, measures: list[str], *, relevance_level: int = 1,
+                complete: bool = False, per_query: bool = False, tag: str | None = None) -> pl.DataFrame:
+    """Long table [run,] query_id, measure, value: per-query rows (if asked) then the 'all'
+    rows, for each run (tag) in the file; the run column only when the file holds several."""
     # Imported here, not at the top: `retbench --help` must not pay for numpy and polars.
     import polars as pl
 
-    from tasks.analysis.metrics import DuplicatePairError, evaluate, parse_measure
+    from tasks.analysis.metrics import DuplicateDocError, parse_measure
     from tasks.analysis.trec import read_qrels, read_run
 
-    measures = [str(parse_measure(m)) for m in (args.measures or DEFAULT_MEASURES)]
-    try:
-        ev = evaluate(read_run(args.run), read_qrels(args.qrels), measures,
-                      relevance_level=args.relevance_level, complete=args.complete)
-    except DuplicatePairError as error:
-        raise ValueError(_where_duplicate(error, args.run if error.table == "run" else args.qrels)) from None
+    measures = [str(parse_measure(m)) for m in measures]
+    qrels = read_qrels(qrels_path)
+    # evaluate checks for repeated docs anyway, more cheaply; only then is the file re-read
+    # to name the lines.
+    runs = read_run(run_path, tags=True, unique=False)
+    if tag is not None:
+        runs = runs.filter(pl.col("tag") == tag)
+        if runs.is_empty():
+            raise ValueError(f"{run_path}: no line has the tag {tag!r}")
+    tags = runs["tag"].unique(maintain_order=True).to_list()
+    parts = []
+    for name in tags:
+        run = runs.filter(pl.col("tag") == name) if len(tags) > 1 else runs
+        try:
+            table = _scores(run.drop("tag"), qrels, measures, relevance_level, complete, per_query)
+        except DuplicateDocError:
+            read_run(run_path, tags=True)  # raises, naming the file and both lines
+            raise
+        parts.append(table.select(pl.lit(name).alias("run"), pl.all()) if len(tags) > 1 else table)
+    if not parts:
+        raise ValueError(f"{run_path}: no run lines")
+    return pl.concat(parts)
+
+
+def _scores(run: pl.DataFrame, qrels: pl.DataFrame, measures: list[str], relevance_level: int,
+            complete: bool, per_query: bool) -> pl.DataFrame:
+    import polars as pl
+
+    from tasks.analysis.metrics import evaluate
+
+    ev = evaluate(run, qrels, measures, relevance_level=relevance_level, complete=complete)
     means = pl.DataFrame(
         {"query_id": SUMMARY_ID, "measure": list(ev.means()), "value": list(ev.means().values())},
         schema={"query_id": pl.String, "measure": pl.String, "value": pl.Float64},
     )
-    if not args.per_query:
+    if not per_query:
         return means
     if (ev.per_query["query_id"] == SUMMARY_ID).any():
         raise ValueError(f"a query is named {SUMMARY_ID!r}, which would be confused with the "
                          "row of means; rename it to use --per-query")
     # Group by query (trec_eval -q layout), keeping the requested measure order inside each.
     order = {m: i for i, m in enumerate(measures)}
-    per_query = (
+    per_query_rows = (
         ev.per_query.with_columns(pl.col("measure").replace_strict(order).alias("_m"))
         .sort(["query_id", "_m"])
         .drop("_m")
     )
-    return pl.concat([per_query, means])
+    return pl.concat([per_query_rows, means])
 
 
-def _where_duplicate(error, path: Path) -> str:
-    """The duplicate's message with the file and both lines; the file is read again, but only
-    on this error path (the readers keep no line numbers)."""
-    lines = []
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
-        for lineno, line in enumerate(handle, 1):
-            fields = line.split()
-            if len(fields) >= 3 and fields[0] == error.query_id and fields[2] == error.doc_id:
-                lines.append(lineno)
-                if len(lines) == 2:
-                    break
-    if len(lines) < 2:
-        return f"{path}: {error}"
-    verb = "retrieves" if error.table == "run" else "judges"
-    return (f"{path}:{lines[1]}: query {error.query_id!r} {verb} doc {error.doc_id!r} a second time "
-            f"(first at line {lines[0]}); expected each doc once per query")
+def _results(args: argparse.Namespace) -> pl.DataFrame:
+    return score_files(args.qrels, args.run, args.measures or DEFAULT_MEASURES,
+                       relevance_level=args.relevance_level, complete=args.complete,
+                       per_query=args.per_query, tag=args.tag)
 
 
-def _table(results) -> str:
+def _table(results: pl.DataFrame) -> str:
     width = max(len("measure"), *(len(m) for m in results["measure"]))
+    if "run" in results.columns:
+        return "".join(f"{r}\t{m:<{width}}\t{q}\t{v:.4f}\n" for r, q, m, v in results.iter_rows())
     return "".join(f"{m:<{width}}\t{q}\t{v:.4f}\n" for q, m, v in results.iter_rows())
 
 
-def _json(results) -> str:
+def _json(results: pl.DataFrame) -> str:
+    if "run" in results.columns:
+        nested_runs: dict[str, dict[str, dict[str, float]]] = {}
+        for r, q, m, v in results.iter_rows():
+            nested_runs.setdefault(r, {}).setdefault(q, {})[m] = v
+        return json.dumps(nested_runs, indent=2) + "\n"
     nested: dict[str, dict[str, float]] = {}
     for q, m, v in results.iter_rows():
         nested.setdefault(q, {})[m] = v

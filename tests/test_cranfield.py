@@ -58,3 +58,30 @@ def test_flat_ndcg_agrees_with_pytrec_eval_on_the_written_run(cranfield_run):
         assert ours[measure] == pytest.approx(expected, abs=1e-12)
     # A lexical baseline on Cranfield: well above chance, well below perfect.
     assert 0.2 < ours["ndcg@10"] < 0.6
+
+
+def test_retbench_eval_on_the_written_runs_trec_matches_pytrec_eval(cranfield_run, tmp_path):
+    """The pipeline's runs.trec (flat and IVF in one file) read back by `retbench eval`, run by
+    run: every per-query value equals pytrec_eval's from the same files."""
+    import pytrec_eval
+
+    from flows.eval_command import score_files
+    from tasks.analysis.trec import write_qrels
+
+    manifest = json.loads((cranfield_run / "manifest.json").read_text())
+    qrels_path = tmp_path / "qrels.trec"
+    write_qrels(pl.read_parquet(Path(manifest["dataset"]["path"]) / "qrels.parquet"), qrels_path)
+    runs_path = cranfield_run / "runs.trec"
+    got = score_files(qrels_path, runs_path, ["ndcg@10", "map", "mrr"], per_query=True).filter(pl.col("query_id") != "all")
+    with open(qrels_path) as f:
+        qrels = pytrec_eval.parse_qrel(f)
+    lines = runs_path.read_text().splitlines()
+    tags = sorted({line.rsplit(" ", 1)[1] for line in lines})
+    assert sorted(got["run"].unique()) == tags and len(tags) == 2
+    for tag in tags:
+        run = pytrec_eval.parse_run(line for line in lines if line.endswith(" " + tag))
+        expected = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recip_rank"}).evaluate(run)
+        mine = got.filter(pl.col("run") == tag)
+        assert mine.height == 3 * len(expected) == 3 * 225
+        for _, q, m, v in mine.iter_rows():
+            assert v == pytest.approx(expected[q][{"ndcg@10": "ndcg_cut_10", "map": "map", "mrr": "recip_rank"}[m]], abs=1e-9)

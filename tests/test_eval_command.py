@@ -89,11 +89,11 @@ def test_duplicate_doc_errors_name_the_file_and_both_lines(files, capsys):
     (files / "run.txt").write_text("q1 Q0 a 1 1.0 t\n\nq1 Q0 c 2 0.5 t\nq1 Q0 a 3 0.2 t\n")
     assert cli(files) == 1
     assert capsys.readouterr().err == (
-        f"retbench eval: error: {files / 'run.txt'}:4: query 'q1' retrieves doc 'a' a second time (first at line 1); "
-        "expected each doc once per query\n")
+        f"retbench eval: error: {files / 'run.txt'}:4: query 'q1' retrieves doc 'a' again in run 't' (first at line 1); "
+        "trec_eval refuses duplicate docs\n")
     (files / "run.txt").write_text(RUN)
     (files / "qrels.txt").write_text("q1 0 a 1\nq1 0 b 0\nq1 0 a 2\n")
     assert cli(files) == 1
     assert capsys.readouterr().err == (
-        f"retbench eval: error: {files / 'qrels.txt'}:3: query 'q1' judges doc 'a' a second time (first at line 1); "
-        "expected each doc once per query\n")
+        f"retbench eval: error: {files / 'qrels.txt'}:3: query 'q1' judges doc 'a' again (first at line 1); "
+        "trec_eval refuses duplicate docs\n")

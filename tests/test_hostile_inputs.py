@@ -248,6 +248,7 @@ def test_pipeline_with_hostile_ids_writes_only_under_store_and_output(tmp_path):
         run = retrieve_mod.retrieve(built, doc_set, query_set, chunks.path, 5, None, Path(loaded.store_dir))
         table = pl.read_parquet(run.path)
         assert set(table["query_id"].to_list()) == set(ids) and set(table["doc_id"].to_list()) <= set(ids)
+        # Ids with whitespace are refused at load, so every hostile id left writes to TREC.
         retrieve_mod.write_trec_run(table, tmp_path / "out" / f"{provider.name}.trec")
     written = {p for p in tmp_path.parent.rglob("*") if p.is_file()} - before
     allowed = (tmp_path / "store", tmp_path / "out", spec_dir)

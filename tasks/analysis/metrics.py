@@ -268,13 +268,12 @@ def _check_ids(df: pl.DataFrame, what: str) -> pl.DataFrame:
     return df
 
 
-class DuplicatePairError(ValueError):
-    """A (query, doc) pair twice in a run or qrels; `table` is "run" or "qrels", so a caller
-    that read the table from a file can name the lines."""
+class DuplicateDocError(ValueError):
+    """A run retrieves one doc twice for a query; trec_eval refuses such runs too."""
 
-    def __init__(self, message: str, table: str, query_id: str, doc_id: str):
-        super().__init__(message)
-        self.table, self.query_id, self.doc_id = table, query_id, doc_id
+    def __init__(self, query_id: str, doc_id: str):
+        super().__init__(f"run: query {query_id!r} retrieves doc {doc_id!r} more than once")
+        self.query_id, self.doc_id = query_id, doc_id
 
 
 def _first_duplicate(df: pl.DataFrame) -> tuple[str, str] | None:
@@ -301,20 +300,27 @@ def _prepare(run: pl.DataFrame, qrels: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
         raise ValueError("qrels: column grade has nulls")
     dup = _first_duplicate(qrels)
     if dup:
-        raise DuplicatePairError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once", "qrels", *dup)
+        raise ValueError(f"qrels: query {dup[0]!r} judges doc {dup[1]!r} more than once")
     return run, qrels
 
 
-def _check_run_duplicates(run: pl.DataFrame, code: np.ndarray) -> None:
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _pair_hash(doc_hash: np.ndarray, query: np.ndarray) -> np.ndarray:
+    return doc_hash ^ (query.astype(np.uint64) * _MIX)
+
+
+def _check_run_duplicates(run: pl.DataFrame, code: np.ndarray, doc_hash: np.ndarray) -> None:
     # Hash (query code, doc id) and sort the hashes: an exact duplicate check on 10M string
     # pairs would cost more than all the scoring. Only hash clashes get the exact check.
-    h = run["doc_id"].hash(seed=0).to_numpy() ^ (code.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    h = _pair_hash(doc_hash, code)
     hs = np.sort(h)
     clash = hs[1:][hs[1:] == hs[:-1]]
     if len(clash):
         dup = _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
         if dup:
-            raise DuplicatePairError(f"run: query {dup[0]!r} retrieves doc {dup[1]!r} more than once", "run", *dup)
+            raise DuplicateDocError(*dup)
 
 
 def _score_order(score: np.ndarray) -> np.ndarray:
@@ -370,20 +376,27 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
           relevance_level: int) -> Ranked:
     # Query ids become integer codes in id order, so every later step works on numbers.
     code = run["query_id"].cast(pl.Enum(run_queries)).to_physical().to_numpy()
-    _check_run_duplicates(run, code)
+    doc_hash = run["doc_id"].hash(seed=0).to_numpy()
+    _check_run_duplicates(run, code, doc_hash)
     evaluated = run_queries.is_in(queries.implode()).to_numpy()
     to_eval = np.full(len(run_queries), -1, dtype=np.int64)
     to_eval[evaluated] = np.arange(evaluated.sum())
     qidx = to_eval[code]
     run = run.select("doc_id", "score", q=pl.Series(qidx, dtype=pl.Int64))
     if not evaluated.all():
-        run = run.filter(pl.col("q") >= 0)
+        kept = qidx >= 0
+        run, qidx, doc_hash = run.filter(pl.Series(kept)), qidx[kept], doc_hash[kept]
     run = run.with_row_index("i")
     qrels = qrels.filter(pl.col("query_id").is_in(queries.implode())).select(
         pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.Int64).alias("q"),
         "doc_id", "grade")
     # grade >= 1 covers every relevance_level allowed and every doc with an nDCG gain.
-    scoring = run.join(qrels.filter(pl.col("grade") > 0), on=["q", "doc_id"], how="inner")
+    positive = qrels.filter(pl.col("grade") > 0)
+    # Joining 10M (query, doc id) strings costs seconds; integer pair hashes pick the few
+    # candidate rows first, and the exact join runs on those.
+    wanted = _pair_hash(positive["doc_id"].hash(seed=0).to_numpy(), positive["q"].to_numpy())
+    candidates = pl.Series(_pair_hash(doc_hash, qidx)).is_in(pl.Series(wanted).implode())
+    scoring = run.filter(candidates).join(positive, on=["q", "doc_id"], how="inner")
     n = len(queries)
     rank = _trec_ranks(run, scoring) if scoring.height else np.zeros(0, dtype=np.int64)
     q = scoring["q"].to_numpy()

@@ -375,7 +375,7 @@ class LoadReport:
 _READ_BATCH = 8192  # rows decoded at a time: bounds the decoder's working memory
 
 
-def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, LoadReport]:
+def read_vectors(embedding_set: EmbeddingSet, out: np.ndarray | None = None) -> tuple[list[str], np.ndarray, LoadReport]:
     """The set's ids and (count, dim) float32 matrix in set order, with peak memory of about
     one matrix, and a report of what was decoded and copied.
 
@@ -385,6 +385,9 @@ def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, Lo
     zero-copy route, `read_table(..., memory_map=True)` then `flatten().to_numpy()`) peaks at
     ~4.6x the vector bytes (levels and growing builders) and keeps ~2.6x resident; streaming
     costs one copy of the bytes and peaks at the matrix plus a few batches.
+
+    `out`: a (count, dim) float32 C-contiguous array to fill instead of a new matrix (an
+    index's own storage, so the vectors are never held twice); it is returned as the matrix.
     """
     wanted = pl.read_parquet(embedding_set.path, columns=["id", "key"])
     ids = wanted["id"].to_list()
@@ -392,10 +395,10 @@ def read_vectors(embedding_set: EmbeddingSet) -> tuple[list[str], np.ndarray, Lo
     del wanted
     # Shared lock: no writer merges or heals (deletes shards) while we plan and read.
     with shards.folder_lock(embedding_set.cache_dir, shared=True):
-        return _read_vectors_locked(embedding_set, ids, keys)
+        return _read_vectors_locked(embedding_set, ids, keys, out)
 
 
-def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.DataFrame):
+def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.DataFrame, out: np.ndarray | None = None):
     dim = embedding_set.dim
     # Newest shard first: after a forced re-embed its rows win over the old ones.
     paths = shard_paths(Path(embedding_set.cache_dir))[::-1]
@@ -422,7 +425,13 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
         )
     del keys, served
 
-    matrix = np.empty((len(ids), dim), dtype=np.float32)
+    if out is None:
+        matrix = np.empty((len(ids), dim), dtype=np.float32)
+    elif out.shape != (len(ids), dim) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {(len(ids), dim)} "
+                         f"(got {out.dtype} {out.shape})")
+    else:
+        matrix = out
     decoded = batches = 0
     for path, rows, positions in plans:
         parquet = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)

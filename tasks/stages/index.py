@@ -135,12 +135,19 @@ _ADD_BATCH = 65_536  # rows added at a time: FAISS copies what it is given, so n
 
 
 def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[faiss.Index, float, float]:
-    """(index, train seconds, build seconds = train + add) over unit vectors, inner product."""
+    """(index, train seconds, build seconds = train + add) over unit vectors, inner product.
+
+    `vectors` is a matrix, or a row source with `shape` and row indexing whose `fill_rows(out)`, when
+    it has one, writes every row into the flat index's storage (tasks/stages/build_vectors.py).
+    """
     n, dim = vectors.shape
     started = time.perf_counter()
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
-    elif settings.kind == "hnsw":
+        _fill_flat(index, vectors)
+        seconds = time.perf_counter() - started
+        return index, 0.0, seconds
+    if settings.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = settings.ef_construction
     elif settings.kind == "ivf":
@@ -159,6 +166,20 @@ def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[fai
     for start in range(0, n, _ADD_BATCH):
         index.add(np.ascontiguousarray(vectors[start : start + _ADD_BATCH], dtype=np.float32))
     return index, train_seconds, time.perf_counter() - started
+
+
+def _fill_flat(index: faiss.IndexFlat, vectors) -> None:
+    """Size the storage once and write the rows into it: adding batch by batch would regrow it
+    by doubling, holding the old and the new buffer at once."""
+    n, dim = vectors.shape
+    index.codes.resize(n * dim * 4)
+    index.ntotal = n
+    storage = faiss.rev_swig_ptr(index.codes.data(), n * dim * 4).view(np.float32).reshape(n, dim)
+    if hasattr(vectors, "fill_rows"):
+        vectors.fill_rows(storage)
+        return
+    for start in range(0, n, _ADD_BATCH):
+        storage[start:start + _ADD_BATCH] = vectors[start:start + _ADD_BATCH]
 
 
 def check_dimension(path: Path, expected_dim: int) -> None:

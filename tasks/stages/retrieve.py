@@ -18,6 +18,7 @@ import polars as pl
 
 import pyarrow.parquet as pq
 
+from tasks.analysis.trec import check_trec_tokens
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.stages.index import BuiltIndex, build_index, load_index
 from tasks.store.build import StageResult, build_once
@@ -169,8 +170,11 @@ def trec_order(run: pl.DataFrame) -> pl.DataFrame:
 
 
 def write_trec_run(run: pl.DataFrame, path: str | Path) -> Path:
-    """One line per hit: `qid Q0 docno rank score tag`, tag = provider/index/nprobe."""
+    """One line per hit: `qid Q0 docno rank score tag`, tag = provider/index/nprobe, so
+    `retbench eval` scores each setting as its own run. Ids with whitespace are refused: TREC
+    fields are whitespace-separated, so the file would not read back (runs.parquet keeps them)."""
     tag = pl.concat_str([pl.col("provider"), pl.col("index"), pl.col("nprobe").cast(pl.String).fill_null("exact")], separator="_")
+    check_trec_tokens(run.with_columns(tag=tag), ["query_id", "doc_id", "tag"], f"TREC run {path}")
     lines = trec_order(run).select(
         pl.concat_str([pl.col("query_id"), pl.lit("Q0"), pl.col("doc_id"), pl.col("rank").cast(pl.String), pl.col("score").cast(pl.String), tag], separator=" ")
     ).to_series()

@@ -23,11 +23,12 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from tasks.stages.build_vectors import CachedVectors, FlatFile
 from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
 from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
-from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, load_index, resolve_ivf, set_query_params
+from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, index_path, load_index, resolve_ivf, set_query_params
 from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate, parse_measure
 from tasks.stages.retrieve import search_documents, trec_order
@@ -325,24 +326,18 @@ def run_sweep(
     grid = resolve_grid(spec, doc_set.count, doc_set.dim)
     measures = spec.measures()
 
-    # 1. Build what is missing. The vectors are read only if something must be built, and
-    #    dropped before searching, so a flat and an approximate index are the most ever held.
-    loaded: dict = {}
-
-    def vectors() -> np.ndarray:
-        if "matrix" not in loaded:
-            started = time.perf_counter()
-            _, loaded["matrix"], loaded["report"] = read_vectors(doc_set)
-            stages["load_vectors"] = time.perf_counter() - started
-        return loaded["matrix"]
-
+    # 1. Build what is missing. The vectors are read from the cache only if the flat index
+    #    (first in the grid) must be built, straight into its storage; later builds page their
+    #    rows in from the flat file, so the vectors are in memory once, plus the index being built.
+    source = CachedVectors(doc_set, index_path(store, doc_set, grid[0][0]))
     builds: list[BuiltIndex] = []
     for settings, _ in grid:
-        info = build_index(doc_set, settings, store, force=force, vectors=vectors)
+        info = build_index(doc_set, settings, store, force=force, vectors=lambda: source)
         say(f"{provider} {Path(info.path).name}: {'built' if info.computed else 'reused'}")
         builds.append(info)
-    load_report = asdict(loaded["report"]) if "report" in loaded else None
-    loaded.clear()
+    load_report = asdict(source.report) if source.report else None
+    if source.report:
+        stages["load_vectors"] = source.load_seconds
     stages["build"] = time.perf_counter() - clock - stages.get("load_vectors", 0.0)
 
     # 2. Queries, chunk -> document, judgments.
@@ -430,6 +425,10 @@ def run_sweep(
         raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
     row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
     rows.append(row)
+    # From here the flat index only looks up the exact scores of a few hits: reading just those
+    # rows from its file keeps it and an approximate index from being resident together.
+    del flat
+    flat = FlatFile(flat_info.path)
     for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
         index = load_index(info.path)
         for params in query_grid:

@@ -216,7 +216,7 @@ def cross_encoder_latency(data: Path, store: Path, queries_n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=["cranfield", "xquad-en", "xquad-hi"])
+    parser.add_argument("--datasets", nargs="*", default=["cranfield", "xquad-en", "xquad-hi"])
     parser.add_argument("--store", type=Path, default=Path("/tmp/retbench-interventions"))
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "data")
     parser.add_argument("--fresh", action="store_true", help="empty the store first (everything is computed)")

@@ -78,34 +78,48 @@ def dense_run(provider_name: str, chunks: pl.DataFrame, chunks_path: Path, queri
     return pl.read_parquet(result.path), (query_embed + result.search_seconds) / len(queries), embedded
 
 
-def parity(chunks: pl.DataFrame, queries: pl.DataFrame, spec: LexicalSpec, ours: pl.DataFrame) -> str:
+def direct_bm25s(chunk_tokens: list[list[str]], query_tokens: list[list[str]], chunks: pl.DataFrame,
+                  queries: pl.DataFrame, spec: LexicalSpec) -> pl.DataFrame:
+    """bm25s called directly on these tokens: every chunk's score, MaxP, trec order, top DEPTH."""
     import bm25s
 
-    tok = Tokenizer(spec.tokenizer)
     retriever = bm25s.BM25(k1=spec.k1, b=spec.b, method=spec.method)
-    retriever.index(tok.many(chunks["text"].to_list()), show_progress=False)
+    retriever.index(chunk_tokens, show_progress=False)
     doc_ids = chunks["doc_id"].to_numpy()
+    frames = []
+    for qid, tokens in zip(queries["query_id"], query_tokens):
+        tokens = [t for t in tokens if t in retriever.vocab_dict]
+        if tokens:
+            frame = pl.DataFrame({"doc_id": doc_ids, "score": retriever.get_scores(tokens).astype(np.float64)})
+            direct = frame.filter(pl.col("score") != 0).group_by("doc_id").agg(pl.col("score").max())
+            frames.append(direct.sort(["score", "doc_id"], descending=True).head(DEPTH).with_columns(query_id=pl.lit(qid)))
+    return pl.concat(frames)
+
+
+def parity(chunks: pl.DataFrame, queries: pl.DataFrame, spec: LexicalSpec, ours: pl.DataFrame) -> str:
+    tok = Tokenizer(spec.tokenizer)
+    direct = direct_bm25s(tok.many(chunks["text"].to_list()), tok.many(queries["text"].to_list()), chunks, queries, spec)
     same, worst = 0, 0.0
-    for qid, text in queries.select("query_id", "text").iter_rows():
-        tokens = [t for t in tok(text) if t in retriever.vocab_dict]
-        mine = ours.filter(pl.col("query_id") == qid)
-        if not tokens:
-            same += mine.is_empty()
-            continue
-        all_scores = retriever.get_scores(tokens).astype(np.float64)
-        frame = pl.DataFrame({"doc_id": doc_ids, "score": all_scores}).filter(pl.col("score") != 0)
-        direct = frame.group_by("doc_id").agg(pl.col("score").max()).sort(["score", "doc_id"], descending=True).head(DEPTH)
-        same += direct["doc_id"].to_list() == mine["doc_id"].to_list()
-        if mine.height == direct.height:
-            worst = max(worst, float(np.abs(direct["score"].to_numpy() - mine["score"].to_numpy()).max(initial=0)))
+    for qid in queries["query_id"]:
+        mine, theirs = ours.filter(pl.col("query_id") == qid), direct.filter(pl.col("query_id") == qid)
+        same += mine["doc_id"].to_list() == theirs["doc_id"].to_list()
+        if mine.height == theirs.height and mine.height:
+            worst = max(worst, float(np.abs(theirs["score"].to_numpy() - mine["score"].to_numpy()).max()))
     return f"{same}/{queries.height} queries ranked identically; max |score diff| {worst:.3g}"
+
+
+def bm25s_default_tokens(texts: list[str]) -> list[list[str]]:
+    """bm25s's own tokeniser (pattern (?u)\\b\\w\\w+\\b, lower case), no stop words, no stemmer."""
+    import bm25s
+
+    return bm25s.tokenize(texts, stopwords=None, return_ids=False, show_progress=False)
 
 
 def split_of(query_id: str) -> str:
     return "dev" if zlib.crc32(query_id.encode()) % 3 == 0 else "test"
 
 
-def bench(name: str, data: Path, store: Path) -> None:
+def bench(name: str, data: Path, store: Path, dense_too: bool = True) -> None:
     ds, language = load(name, data)
     queries, qrels = ds.queries, ds.qrels
     chunks = chunk_corpus(ds.corpus, ChunkConfig("paragraph", max_words=200)).select("chunk_id", "doc_id", "text")
@@ -127,7 +141,13 @@ def bench(name: str, data: Path, store: Path) -> None:
     plain = bm25_run(build_bm25_index(chunks_path, LexicalSpec(name="plain", tokenizer=TokenizerSpec(stopwords=None)), store),
                      queries.select("query_id", "text"), "bm25-plain", DEPTH, store)
     rows["bm25 (no stop words, no stemming)"] = (scores(pl.read_parquet(plain.path), qrels), None, None)
+    texts = chunks["text"].to_list()
+    default = direct_bm25s(bm25s_default_tokens(texts), bm25s_default_tokens(queries["text"].to_list()), chunks, queries, spec)
+    rows["bm25s default tokeniser (no stop words/stem)"] = (scores(default, qrels), None, None)
 
+    if not dense_too:
+        print_table(rows)
+        return
     dense = {}
     for provider_name in PROVIDERS:
         run, seconds, embedded = dense_run(provider_name, chunks, chunks_path, queries, store)
@@ -153,6 +173,10 @@ def bench(name: str, data: Path, store: Path) -> None:
         print(f"{label}: {result.pairs} pairs, scored {result.scored} now ({result.from_cache} cached); "
               f"rerun scored {rerun.scored}, run file reused: {not rerun.computed}")
 
+    print_table(rows)
+
+
+def print_table(rows: dict) -> None:
     print(f"\n{'system':44} {'nDCG@10 [95% CI]':>26} {'Recall@100 [95% CI]':>26} {'1st stage s/q':>13} {'rerank s/q p50/p95':>19}")
     for label, (measured, first_seconds, latency) in rows.items():
         cells = [f"{m:.4f} [{lo:.3f},{hi:.3f}]" for m, lo, hi in (measured[x] for x in MEASURES)]
@@ -192,10 +216,11 @@ def cross_encoder_latency(data: Path, store: Path, queries_n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=["cranfield", "xquad-en", "xquad-hi"])
+    parser.add_argument("--datasets", nargs="*", default=["cranfield", "xquad-en", "xquad-hi"])
     parser.add_argument("--store", type=Path, default=Path("/tmp/retbench-interventions"))
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "data")
     parser.add_argument("--fresh", action="store_true", help="empty the store first (everything is computed)")
+    parser.add_argument("--bm25-only", action="store_true", help="BM25 rows and parity only (no model runs)")
     parser.add_argument("--cross-encoder-queries", type=int, default=0,
                         help="also time a MiniLM-L6-sized cross-encoder on this many Cranfield queries")
     args = parser.parse_args()
@@ -203,7 +228,7 @@ def main() -> None:
         shutil.rmtree(args.store)
     args.store.mkdir(parents=True, exist_ok=True)
     for name in args.datasets:
-        bench(name, args.data, args.store)
+        bench(name, args.data, args.store, dense_too=not args.bm25_only)
     if args.cross_encoder_queries:
         cross_encoder_latency(args.data, args.store, args.cross_encoder_queries)
 

@@ -92,6 +92,9 @@ def test_run_is_maxp_in_the_dense_run_schema_and_trec_order(tmp_path):
     run = pl.read_parquet(result.path)
     assert run.schema == pl.Schema(RUN_SCHEMA)
     assert result.empty_queries == 1 and run["query_id"].unique().to_list() == ["q1"]
+    Path(f"{result.path}.json").unlink()  # a crash between the run file and its metadata
+    again = bm25_run(index, queries(("q1", "wing flutter"), ("q2", "zzz")), "bm25-t", 10, store)
+    assert not again.computed and again.empty_queries == 1
     assert run["doc_id"].to_list()[0] == "a" and run["chunk_id"].to_list()[0] == "a#1"  # its best chunk
     assert sorted(run["doc_id"].to_list()) == ["a", "b", "c", "d"]  # one row per document, e never
     assert run.equals(trec_order(run))  # b/d tie: d before b (doc id descending), as trec_eval

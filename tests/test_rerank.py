@@ -80,6 +80,9 @@ def test_a_rerun_scores_nothing_twice(server, tmp_path):
     # the latency of cached pairs is the one measured when they were scored
     assert again.latency == first.latency and first.latency["p95"] >= first.latency["p50"] > 0
     assert len(shard_paths(next((tmp_path / "rerank").iterdir()))) == 2  # each call's shards merged into one
+    Path(f"{again.path}.json").unlink()  # a crash between the run file and its metadata
+    without_metadata = rerank_run(first_stage(), tei(server), "tei", QUERIES, CHUNKS, tmp_path, system="s", top_n=3)
+    assert not without_metadata.computed and without_metadata.latency == first.latency and without_metadata.tokens == first.tokens
 
 
 def test_damaged_score_shard_is_quarantined_and_its_pairs_scored_again(server, tmp_path):

@@ -102,7 +102,3 @@ class FlatFile:
                 raise OSError(f"{self.path}: short read of rows {start}..{stop}")
         return out
 
-
-def flat_rows(index: faiss.IndexFlat) -> np.ndarray:
-    """A (ntotal, d) float32 view of a flat index's storage (valid while the index lives)."""
-    return faiss.rev_swig_ptr(index.codes.data(), index.ntotal * index.d * 4).view(np.float32).reshape(index.ntotal, index.d)

@@ -218,6 +218,8 @@ def bm25_run(index: Bm25Index, queries: pl.DataFrame, system: str, depth: int, s
 
     built = build_once(store, path, build, parse=parquet_readable, force=force)
     meta = facts or built.metadata
+    if "empty_queries" not in meta:  # metadata lost (a crash after the run file): count from the run itself
+        meta = {"empty_queries": queries.height - pl.scan_parquet(path).select(pl.col("query_id").n_unique()).collect().item()}
     return LexicalRun(path=str(path), key=key, computed=built.computed, seconds=built.seconds, system=system,
                       index=INDEX_LABEL, queries=queries.height, empty_queries=int(meta.get("empty_queries", 0)),
                       search_seconds=float(meta.get("search_seconds", 0.0)) if built.computed else 0.0)

@@ -116,7 +116,10 @@ def rerank_run(run: pl.DataFrame, reranker: Reranker, reranker_name: str, querie
         return dict(counts)
 
     built = build_once(store, path, build, parse=parquet_readable, force=force)
-    facts = counts or {**built.metadata, "scored": 0, "from_cache": built.metadata.get("pairs", 0)}
+    facts = counts
+    if not facts:  # found in the store: nothing scored now; its facts from its metadata, else from the cache
+        known = built.metadata if "latency" in built.metadata else _facts(top, read_scores(directory, top["key"].unique().to_list()))
+        facts = {**known, "scored": 0, "from_cache": top["key"].n_unique()}
     return RerankResult(path=str(path), key=key, computed=built.computed, seconds=built.seconds, system=system,
                         reranker=reranker_name, top_n=top_n, queries=top["query_id"].n_unique(), pairs=top.height,
                         scored=int(facts["scored"]), from_cache=int(facts["from_cache"]), latency=facts["latency"],

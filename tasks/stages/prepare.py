@@ -79,8 +79,10 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
 
 
-def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False) -> ChunksRef:
-    config = ChunkConfig(**spec.chunking.model_dump())
+def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False, variant=None) -> ChunksRef:
+    """Chunks of the corpus under `variant` (a ChunkingVariantSpec; default: the spec's first config)."""
+    variant = variant or spec.chunking_variants[0]
+    config = ChunkConfig(**variant.model_dump(exclude={"name"}))
     key = stable_hash("chunks-v1", dataset.key, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
 

@@ -143,15 +143,25 @@ def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool):
     return built
 
 
+def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
+    from tasks.stages.filters import plan_filters
+
+    ref = plan_filters(dataset.path, dataset.key, spec.store_dir, force=force)
+    if ref is not None:
+        log.info(f"{ref.queries} queries carry a metadata filter ({ref.groups} distinct filters)")
+    return ref
+
+
 def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool,
-                   setting: str | None = None) -> list:
+                   setting: str | None = None, filters=None) -> list:
     """Runs of one index; `setting` relabels them (a query variant searches its baseline's index)."""
     from dataclasses import replace
 
     from tasks.stages.retrieve import retrieve
 
     probes = [None] if built.settings.kind == "flat" else list(nprobes)
-    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force)
+    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force,
+                     filters_path=filters.path if filters else None)
             for nprobe in probes]
     return [replace(run, provider=setting) for run in runs] if setting else runs
 
@@ -214,6 +224,33 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
     return str(write_parquet(pl.concat(parts), Path(spec.output_dir) / "buried" / f"{provider.name}.parquet"))
 
 
+def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
+    """Filtered IVF search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
+    import faiss
+
+    from tasks.stages.embed import load_vectors
+    from tasks.stages.filtered_ann import filtered_fidelity
+    from tasks.stages.index import load_index
+    from tasks.store.files import write_parquet
+
+    config = spec.filter_sweep
+    _, documents = load_vectors(doc_set)
+    _, queries = load_vectors(query_set)
+    indexes = []
+    for b in built:
+        if b.settings.kind == "flat":
+            continue
+        index = load_index(Path(b.path), expected_dim=documents.shape[1])
+        nlist = faiss.extract_index_ivf(index).nlist
+        probes = sorted({min(n, nlist) for n in nprobes})
+        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+    table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
+                              config.seed, spec.statistics.resamples, tuple(config.overfetch))
+    table = table.with_columns(provider=pl.lit(doc_set.provider)).select("provider", *table.columns)
+    log.info(f"{doc_set.provider}: filtered ANN fidelity at selectivities {config.selectivities}")
+    return str(write_parquet(table, Path(spec.output_dir) / "filtered_ann" / f"{doc_set.provider}.parquet"))
+
+
 def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None = None) -> dict[str, str]:
     """Every quality table of the run, from the run files and the judgments."""
     from tasks.analysis import ann, breakdown, failures, score, variants
@@ -252,6 +289,11 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
             per_query, settings, saved.queries, saved.qrels, saved.corpus, resamples=stats.resamples,
             permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
         tables["failures"] = variants.surfaced_by(tables["failures"], run, saved.qrels, settings, cut)
+    if saved.filters is not None:
+        from tasks.stages.filters import filter_groups, filter_report
+
+        groups = filter_groups(saved.metadata, saved.filters, saved.corpus["doc_id"].to_list())
+        tables["filters"] = filter_report(groups, saved.qrels, saved.corpus.height)
     if buried_paths:
         from tasks.stages.buried import failures_with_buried
 
@@ -336,6 +378,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                                       label=f"chunk-{name}").result()
                   for name, variant in chunkings.items()} if reaches("chunk") else {}
     chunks = chunk_refs.get(baseline_chunking)
+    filters = runner.submit("chunk", filters_stage, dataset, spec, forced("chunk"),
+                            label="filters").result() if reaches("chunk") else None
     query_paths = {"raw": dataset.queries_path}
     if reaches("chunk"):
         query_paths |= {v.name: runner.submit("chunk", query_variant_stage, dataset, v, spec, forced("chunk"),
@@ -377,7 +421,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     retrieved = [runner.submit("retrieve", retrieve_stage, built, doc_sets[(s.provider, s.chunking)],
                                query_sets[(s.provider, s.query_variant)], chunk_refs[s.chunking], spec,
                                plans[s.chunking].nprobe, forced("retrieve", s.provider),
-                               label=f"retrieve-{s.label}-{index_settings.kind}", setting=s.label)
+                               label=f"retrieve-{s.label}-{index_settings.kind}", setting=s.label, filters=filters)
                  for s in mine if reaches("retrieve")
                  for index_settings, built in zip(plans[s.chunking].settings, indexes[(s.provider, s.chunking)])]
     sweeps = [runner.submit("ann-sweep", sweep_stage, embedded[p.name][0], embedded[p.name][1], chunks, dataset, spec,
@@ -394,6 +438,11 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                             spec, make_provider, label=f"buried-{p.name}")
               for p in active if buried_on and reaches("score")]
 
+    filtered_ann = [runner.submit("retrieve", filtered_ann_stage, embedded[p.name][0], embedded[p.name][1],
+                                  [b.result() for b in indexes[(p.name, baseline_chunking)]],
+                                  plans[baseline_chunking].nprobe, spec, label=f"filtered-ann-{p.name}")
+                    for p in active if spec.filter_sweep is not None and reaches("retrieve")]
+
     embeddings = {name: (doc.result(), query.result()) for name, (doc, query) in embedded.items()}
     built = {name: [b.result() for b in indexes[(name, baseline_chunking)]] for name in embedded if indexes}
     variant_indexes = [b.result() for key, builds in indexes.items() if key[1] != baseline_chunking for b in builds]
@@ -405,6 +454,9 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     if reaches("score"):
         tables |= runner.submit("score", score_stage, runs, dataset, spec, [b.result() for b in buried]).result()
         tables |= ledger_tables(spec, dataset, embeddings, built, latency_paths)
+    if filtered_ann:
+        tables |= report.write_tables(Path(spec.output_dir), {
+            "filtered_ann": pl.concat([pl.read_parquet(f.result()) for f in filtered_ann])})
     if sweep_results:
         from tasks.stages.sweep import write_sweep_tables
 

@@ -17,10 +17,14 @@ def default_measures(ks: list[int]) -> list[str]:
 
 def score_runs(run: pl.DataFrame, qrels: pl.DataFrame, queries: pl.DataFrame, measures: list[str],
                relevance_level: int = 1) -> pl.DataFrame:
-    """Per-query table: provider, index, nprobe, query_id, measure, value, plus query language/category/split."""
+    """Per-query table: provider, index, nprobe, query_id, measure, value, plus query language/category/split.
+
+    A judged query a setting retrieved nothing for scores 0 (trec_eval -c): a filtered search on
+    an IVF index can starve a query completely, and leaving it out would flatter the index."""
     parts = []
     for setting, group in run.group_by(SETTING, maintain_order=True):
-        evaluation = evaluate(group.select("query_id", "doc_id", "score"), qrels, measures, relevance_level=relevance_level)
+        evaluation = evaluate(group.select("query_id", "doc_id", "score"), qrels, measures, relevance_level=relevance_level,
+                              complete=True)
         provider, index, nprobe = setting
         parts.append(evaluation.per_query.with_columns(
             provider=pl.lit(provider), index=pl.lit(index), nprobe=pl.lit(nprobe, dtype=pl.Int64)))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 from tasks.config.measurement import LatencySpec, PricingSpec
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from tasks.config.sweep import SweepSpec
-from tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
+from tasks.config.variants import DEFAULT_CHUNKING, FilterSweepSpec, QueriesSpec, repeated_names, resolve_rewrite_files
 from tasks.store.files import stable_hash
 
 
@@ -132,6 +132,7 @@ class BenchmarkSpec(_Strict):
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
     sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
+    filter_sweep: FilterSweepSpec | None = Field(None, description="filtered IVF vs filtered exact search at chosen selectivities")
 
     @field_validator("k")
     @classmethod

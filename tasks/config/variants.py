@@ -46,6 +46,25 @@ class QueriesSpec(BaseModel):
     variants: list[QueryVariantSpec] = Field(default_factory=list)
 
 
+class FilterSweepSpec(BaseModel):
+    """Recall that a metadata filter costs the IVF index, against filtered exact search, on the
+    run's own vectors with synthetic filters of these selectivities (tasks/stages/filtered_ann.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    selectivities: list[float] = Field(default_factory=lambda: [0.5, 0.1, 0.01])
+    kinds: list[Literal["random", "correlated"]] = Field(default_factory=lambda: ["random", "correlated"])
+    k: int = Field(10, ge=1)
+    overfetch: list[int] = Field(default_factory=lambda: [10], description="post-filtering after fetching k x factor")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _fractions(self):
+        if not self.selectivities or any(not 0 < s <= 1 for s in self.selectivities):
+            raise ValueError("selectivities must be a non-empty list of fractions in (0, 1]")
+        return self
+
+
 def repeated_names(key: str, names: list[str]) -> None:
     """Refuse a name given twice in the list at `key`, naming both positions."""
     first: dict[str, int] = {}

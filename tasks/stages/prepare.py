@@ -70,7 +70,8 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    made = build_folder_once(spec.store_dir, directory, _DATASET_FILES, lambda tmp: save_dataset(dataset, tmp),
+    files = (*_DATASET_FILES[:-1], *(f"{label}.parquet" for label, _ in dataset.extra_tables()), _DATASET_FILES[-1])
+    made = build_folder_once(spec.store_dir, directory, files, lambda tmp: save_dataset(dataset, tmp),
                              parse=parquet_readable, force=force)
     return DatasetRef(
         path=str(directory), key=digest, computed=made.computed, seconds=time.perf_counter() - started,

@@ -204,9 +204,44 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
         keep = [c for c in ("provider", "index", "nprobe", "query_id", "query", "query_language", "category", "value", "first_relevant_rank", "failure_class") if c in worst.columns]
         sections.append(("Worst failures", None, worst.select(keep), "The 20 lowest-scoring queries across settings."))
 
+    sections += variant_sections(output_dir, measure)
+
     html_path = write_text(output_dir / "report.html", _html(title, sections))
     md_path = write_text(output_dir / "report.md", _markdown(title, sections))
     return html_path, md_path
+
+
+def variant_sections(output_dir: Path, measure: str) -> list:
+    """Chunking/query variants against their baseline, buried answers and metadata filters."""
+    sections = []
+    variants = _read(output_dir, "variant_comparisons")
+    if variants is not None and variants.height:
+        overall = variants.filter(pl.col("slice_kind") == "all").drop("slice_kind", "slice")
+        sections.append(("Variants vs baseline", None, overall,
+                         "Chunking and query variants minus their baseline, exact search, paired 95% intervals; "
+                         "per language pair and category in variant_comparisons.parquet."))
+    failures = _read(output_dir, "failures")
+    if failures is not None and "buried" in failures.columns:
+        buried = failures.filter(pl.col("buried").fill_null(False) & (pl.col("index") == "flat"))
+        if buried.height:
+            if "surfaced_by" in buried.columns:
+                buried = buried.with_columns(surfaced_by=pl.col("surfaced_by").list.eval(pl.format(
+                    "{} #{} ({})", pl.element().struct.field("setting"), pl.element().struct.field("rank"),
+                    pl.element().struct.field("chunk_id"))).list.join(", "))
+            keep = [c for c in ("provider", "query_id", "category", "value", "buried_doc", "buried_chunk_rank",
+                                "buried_passage_rank", "buried_passage_id", "surfaced_by") if c in buried.columns]
+            sections.append(("Buried answers", None, buried.select(keep),
+                             "Failing queries whose relevant document ranks beyond 10 by its chunk but within 10 by "
+                             "its best 40-word passage; surfaced_by: the variants that found a relevant document."))
+    filters = _read(output_dir, "filters")
+    if filters is not None and filters.height:
+        sections.append(("Metadata filters", None, filters.with_columns(pl.col("outside_doc_ids").list.join(", ")),
+                         "Judged documents a query's filter excludes stay in the judgments and count as misses."))
+    filtered_ann = _read(output_dir, "filtered_ann")
+    if filtered_ann is not None and filtered_ann.height:
+        sections.append(("Filtered approximate search", None, filtered_ann,
+                         "Neighbour recall of filtered IVF (and post-filtered exact search) against filtered exact search."))
+    return sections
 
 
 def _html(title: str, sections) -> str:

@@ -362,6 +362,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     from tasks.reporting import tables as report
     from tasks.reporting.manifest import build_manifest
     from tasks.stages.index import plan_indexes
+    from tasks.config.variants import RAW_QUERIES
     from tasks.stages.variants import plan_settings
 
     started = time.perf_counter()
@@ -380,7 +381,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     chunks = chunk_refs.get(baseline_chunking)
     filters = runner.submit("chunk", filters_stage, dataset, spec, forced("chunk"),
                             label="filters").result() if reaches("chunk") else None
-    query_paths = {"raw": dataset.queries_path}
+    query_paths = {RAW_QUERIES: dataset.queries_path}
     if reaches("chunk"):
         query_paths |= {v.name: runner.submit("chunk", query_variant_stage, dataset, v, spec, forced("chunk"),
                                               label=f"queries-{v.name}").result().path
@@ -396,7 +397,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     by_name = {p.name: p for p in active}
     # Documents per (provider, chunking), queries per (provider, query variant): a query variant
     # reuses its baseline's index; texts shared by two chunkings hit the content-hashed cache.
-    doc_label = {(s.provider, s.chunking): s.label for s in mine if s.query_variant == "raw"}
+    doc_label = {(s.provider, s.chunking): s.label for s in mine if s.query_variant == RAW_QUERIES}
     query_label = {(s.provider, s.query_variant): s.label for s in mine if s.chunking == baseline_chunking}
     doc_sets = {key: runner.submit("embed", embed_stage, by_name[key[0]], chunk_refs[key[1]].path, "chunk_id", "document",
                                    store, forced("embed", key[0]), make_provider, label=f"embed-{label}-document",
@@ -406,7 +407,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                                      store, forced("embed", key[0]), make_provider, label=f"embed-{label}-query",
                                      set_label=label)
                   for key, label in query_label.items()}
-    embedded = {p.name: (doc_sets[(p.name, baseline_chunking)], query_sets[(p.name, "raw")]) for p in active}
+    embedded = {p.name: (doc_sets[(p.name, baseline_chunking)], query_sets[(p.name, RAW_QUERIES)]) for p in active}
     latency = [runner.submit("latency", latency_stage, p, chunks.path, spec, selection.remeasure, make_provider,
                              label=f"latency-{p.name}")
                for p in active if spec.latency is not None and selection.stage == "score"]

@@ -87,6 +87,15 @@ def test_rewrites_are_whole_word_case_insensitive_and_single_pass():
     assert rewriter([("बीमा", "insurance")])("बीमार बीमा") == "बीमार insurance"
 
 
+def test_sample_rewrite_table_changes_exactly_the_hinglish_queries():
+    queries = pl.read_ndjson(ROOT / "data" / "sample" / "queries.jsonl")
+    variant = QueryVariantSpec(name="rw", rewrite_file=ROOT / "data" / "sample" / "rewrites.txt")
+    rewritten = preprocess(queries["text"].to_list(), variant)
+    changed = {q for q, a, b in zip(queries["id"], queries["text"], rewritten) if a != b}
+    assert changed == set(queries.filter(pl.col("language") == "hinglish")["id"])
+    assert rewritten[queries["id"].to_list().index("q099")] == "database backup for how many days is kept"
+
+
 def test_preprocessing_steps_in_their_documented_order(tmp_path):
     (tmp_path / "rw.txt").write_text("api key -> API credential\n")
     variant = QueryVariantSpec(name="all", unicode="nfc", whitespace=True, lowercase=True,
@@ -147,7 +156,7 @@ chunking:
 queries:
   variants:
     - {{name: lower, lowercase: true, whitespace: true}}
-    - {{name: rw, rewrite_file: rw.txt}}
+    - {{name: rw, rewrite_file: {rewrites}}}
 providers:
   - {{name: hashing, kind: hashing}}
 indexes: {{ivf: {{nprobe: [2]}}}}
@@ -163,8 +172,8 @@ def variant_run(tmp_path_factory):
     from tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("variants")
-    (base / "rw.txt").write_text("beema -> बीमा\npaisa -> पैसा\n", encoding="utf-8")
-    (base / "spec.yaml").write_text(SPEC.format(data=ROOT / "data" / "sample", out=base / "out", store=base / "store"))
+    (base / "spec.yaml").write_text(SPEC.format(data=ROOT / "data" / "sample", out=base / "out", store=base / "store",
+                                                rewrites=ROOT / "data" / "sample" / "rewrites.txt"))
     spec = load_spec(base / "spec.yaml")
     return base, spec, run_pipeline(spec)
 
@@ -185,7 +194,9 @@ def test_texts_shared_by_two_chunkings_are_embedded_once(variant_run):
     # the two paragraph chunkings differ only in the long guides: most texts were not embedded again
     assert 0 < len(para200 - para120) < len(para200) // 10
     # the lowercase variant sends only queries it changed; identical ones come from the cache
-    assert embedded["hashing+lower/query"] < 102 and embedded["hashing/query"] == 102
+    assert embedded["hashing+lower/query"] < 110 and embedded["hashing/query"] == 110
+    # the rewrite table changes the 12 Hinglish queries only: the other 98 come from the cache
+    assert embedded["hashing+rw/query"] == 12
 
 
 def test_every_setting_has_rows_in_every_table(variant_run):
@@ -214,7 +225,11 @@ def test_query_variant_deltas_per_language_pair_and_category(variant_run):
                             & (pl.col("measure") == "ndcg@10")).row(0, named=True)
     assert hinglish["n"] == 12 and hinglish["ci_low"] <= hinglish["diff"] <= hinglish["ci_high"]
     every = table.filter((pl.col("slice_kind") == "all")).select("setting", "n").unique()
-    assert set(every["n"]) == {102}
+    assert set(every["n"]) == {110}
+    # queries the rewrite table leaves alone cannot move: outside Hinglish every delta is exactly 0
+    untouched = table.filter((pl.col("setting") == "hashing+rw") & (pl.col("slice_kind") == "category")
+                             & (pl.col("slice") != "hinglish"))
+    assert untouched.height > 0 and (untouched["diff"] == 0).all()
 
 
 def test_failure_log_names_the_variant_that_surfaced_the_answer(variant_run):
@@ -234,3 +249,10 @@ def test_failure_log_names_the_variant_that_surfaced_the_answer(variant_run):
     assert buried.height > 0
     assert (buried["buried_passage_rank"] <= 10).all()
     assert ((buried["buried_chunk_rank"].is_null()) | (buried["buried_chunk_rank"] > 10)).all()
+
+
+def test_report_shows_variants_and_buried_answers(variant_run):
+    base, _, _ = variant_run
+    report = (base / "out" / "report.md").read_text(encoding="utf-8")
+    assert "## Variants vs baseline" in report and "## Buried answers" in report
+    assert "hashing@sent40" in report

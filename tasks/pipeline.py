@@ -104,22 +104,33 @@ def load_dataset_stage(spec: BenchmarkSpec, force: bool):
     return ref
 
 
-def chunk_stage(dataset, spec: BenchmarkSpec, force: bool):
+def chunk_stage(dataset, spec: BenchmarkSpec, force: bool, variant=None):
     from tasks.stages.prepare import chunk_dataset
 
-    ref = chunk_dataset(dataset, spec, force=force)
-    log.info(f"{ref.chunks} chunks ({spec.chunking.strategy}){'' if ref.computed else ', from store'}")
+    variant = variant or spec.chunking_variants[0]
+    ref = chunk_dataset(dataset, spec, force=force, variant=variant)
+    log.info(f"{ref.chunks} chunks ({variant.name}: {variant.strategy}){'' if ref.computed else ', from store'}")
+    return ref
+
+
+def query_variant_stage(dataset, variant, spec: BenchmarkSpec, force: bool):
+    from tasks.stages.variants import write_query_variant
+
+    ref = write_query_variant(dataset.queries_path, variant, spec.store_dir, force=force)
+    log.info(f"query variant {variant.name}: {ref.changed} of {ref.queries} queries changed")
     return ref
 
 
 def embed_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: str, store: str, force: bool,
-                make_provider: Callable = default_provider):
+                make_provider: Callable = default_provider, set_label: str | None = None):
+    """`set_label` names the set in the tables (a variant's setting label); the vectors are
+    cached by provider fingerprint, role and text alone, so variants share them."""
     from tasks.stages.embed import embed_texts
 
     texts = pl.read_parquet(texts_path, columns=[id_column, "text"])
-    result = embed_texts(make_provider(provider), provider.name, texts[id_column].to_list(), texts["text"].to_list(),
+    result = embed_texts(make_provider(provider), set_label or provider.name, texts[id_column].to_list(), texts["text"].to_list(),
                          role, Path(store), batch_size=provider.batch_size, progress=log.info, force=force)
-    log.info(f"{provider.name} {role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
+    log.info(f"{set_label or provider.name} {role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
     return result
 
 
@@ -132,12 +143,27 @@ def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool):
     return built
 
 
-def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool) -> list:
+def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
+    from tasks.stages.filters import plan_filters
+
+    ref = plan_filters(dataset.path, dataset.key, spec.store_dir, force=force)
+    if ref is not None:
+        log.info(f"{ref.queries} queries carry a metadata filter ({ref.groups} distinct filters)")
+    return ref
+
+
+def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool,
+                   setting: str | None = None, filters=None) -> list:
+    """Runs of one index; `setting` relabels them (a query variant searches its baseline's index)."""
+    from dataclasses import replace
+
     from tasks.stages.retrieve import retrieve
 
     probes = [None] if built.settings.kind == "flat" else list(nprobes)
-    return [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force)
+    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force,
+                     filters_path=filters.path if filters else None)
             for nprobe in probes]
+    return [replace(run, provider=setting) for run in runs] if setting else runs
 
 
 def latency_stage(provider: ProviderSpec, chunks_path: str, spec: BenchmarkSpec, remeasure: bool,
@@ -180,17 +206,74 @@ def system_stage(kind: str, *args):
     return getattr(systems, f"{kind}_stage")(*args)
 
 
-def score_stage(runs: list, dataset, spec: BenchmarkSpec, system_pairs: list | None = None) -> dict[str, str]:
+def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, spec: BenchmarkSpec,
+                 make_provider: Callable = default_provider) -> str:
+    """The buried-answer table of one provider's exact-search runs (tasks/stages/buried.py)."""
+    from tasks.stages.buried import buried_table, relevant_passages
+    from tasks.stages.dataset import load_saved_dataset
+    from tasks.stages.embed import embed_texts, load_vectors
+    from tasks.store.files import write_parquet
+
+    saved = load_saved_dataset(dataset.path)
+    passages = relevant_passages(saved.corpus, saved.qrels)
+    passage_set = embed_texts(make_provider(provider), f"{provider.name}/passages", passages["chunk_id"].to_list(),
+                              passages["text"].to_list(), "document", Path(spec.store_dir),
+                              batch_size=provider.batch_size, progress=log.info)
+    log.info(f"{provider.name}: {passage_set.count} passages of relevant documents, {passage_set.embedded} embedded")
+    passage_ids, passage_vectors = load_vectors(passage_set)
+    cut = 10 if 10 in spec.k else max(spec.k)
+    parts = []
+    for run in runs:
+        query_ids, query_vectors = load_vectors(query_sets[run.provider])
+        frame = pl.read_parquet(run.path).with_columns(provider=pl.lit(run.provider))
+        parts.append(buried_table(frame, query_ids, query_vectors, passages, passage_ids, passage_vectors,
+                                  saved.qrels, cut))
+    return str(write_parquet(pl.concat(parts), Path(spec.output_dir) / "buried" / f"{provider.name}.parquet"))
+
+
+def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
+    """Filtered IVF search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
+    import faiss
+
+    from tasks.stages.embed import load_vectors
+    from tasks.stages.filtered_ann import filtered_fidelity
+    from tasks.stages.index import load_index
+    from tasks.store.files import write_parquet
+
+    config = spec.filter_sweep
+    _, documents = load_vectors(doc_set)
+    _, queries = load_vectors(query_set)
+    indexes = []
+    for b in built:
+        if b.settings.kind == "flat":
+            continue
+        index = load_index(Path(b.path), expected_dim=documents.shape[1])
+        nlist = faiss.extract_index_ivf(index).nlist
+        probes = sorted({min(n, nlist) for n in nprobes})
+        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+    table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
+                              config.seed, spec.statistics.resamples, tuple(config.overfetch))
+    table = table.with_columns(provider=pl.lit(doc_set.provider)).select("provider", *table.columns)
+    log.info(f"{doc_set.provider}: filtered ANN fidelity at selectivities {config.selectivities}")
+    return str(write_parquet(table, Path(spec.output_dir) / "filtered_ann" / f"{doc_set.provider}.parquet"))
+
+
+def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None = None,
+                system_pairs: list | None = None) -> dict[str, str]:
     """Every quality table of the run, from the run files and the judgments; `system_pairs`
     are (system, the setting it builds on) pairs to compare besides the default ones."""
-    from tasks.analysis import ann, breakdown, failures, score
+    from tasks.analysis import ann, breakdown, failures, score, variants
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
     from tasks.stages.retrieve import write_trec_run
+    from tasks.stages.variants import baselines, settings_table
 
     saved = load_saved_dataset(dataset.path)
     stats = spec.statistics
-    run = pl.concat([pl.read_parquet(r.path) for r in runs])
+    # A run file is shared by settings whose vectors coincide: the setting label comes from the RunResult.
+    run = pl.concat([pl.read_parquet(r.path).with_columns(provider=pl.lit(r.provider)) for r in runs])
+    settings = settings_table(spec).filter(pl.col("setting").is_in(run["provider"].unique().implode()))
+    paired = baselines(settings)
     per_query = score.score_runs(run, saved.qrels, saved.queries, score.default_measures(spec.k))
     summary = score.summarize(per_query)
     overlap = ann.topk_overlap(run, spec.k)
@@ -202,13 +285,29 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, system_pairs: list | N
                                                resamples=stats.resamples, seed=stats.seed, level=stats.confidence),
         "comparisons": breakdown.comparison_table(per_query, resamples=stats.resamples, seed=stats.seed,
                                                   permutations=stats.permutations, level=stats.confidence,
-                                                  extra_pairs=system_pairs or []),
+                                                  baselines=paired, extra_pairs=system_pairs or []),
         "failures": failures.failure_table(run, per_query, saved.queries, saved.qrels, measure=f"ndcg@{cut}",
                                            threshold=stats.failure_threshold, k=cut),
         "ann_vs_exact": ann.exact_vs_approximate(summary, overlap),
         "ann_overlap_per_query": overlap,
         "runs": run,
+        "settings": settings,
     }
+    if paired:
+        tables["variant_comparisons"] = variants.variant_comparisons(
+            per_query, settings, saved.queries, saved.qrels, saved.corpus, resamples=stats.resamples,
+            permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
+        tables["failures"] = variants.surfaced_by(tables["failures"], run, saved.qrels, settings, cut)
+    if saved.filters is not None:
+        from tasks.stages.filters import filter_groups, filter_report
+
+        groups = filter_groups(saved.metadata, saved.filters, saved.corpus["doc_id"].to_list())
+        tables["filters"] = filter_report(groups, saved.qrels, saved.corpus.height)
+    if buried_paths:
+        from tasks.stages.buried import failures_with_buried
+
+        tables["buried_answers"] = pl.concat([pl.read_parquet(p) for p in buried_paths])
+        tables["failures"] = failures_with_buried(tables["failures"], tables["buried_answers"])
     output_dir = Path(spec.output_dir)
     paths = report.write_tables(output_dir, tables)
     write_trec_run(run, output_dir / "runs.trec")
@@ -272,45 +371,91 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     from tasks.reporting import tables as report
     from tasks.reporting.manifest import build_manifest
     from tasks.stages.index import plan_indexes
+    from tasks.config.variants import RAW_QUERIES
+    from tasks.stages.variants import plan_settings
 
     started = time.perf_counter()
     targeted = [p.name for p in select_providers(spec, list(selection.providers))]
     store = str(spec.store_dir)
     reaches, forced = selection.reaches, selection.forced
+    # Every (provider, chunking, query variant) setting, labelled; see tasks/stages/variants.py.
+    settings = plan_settings(spec)
+    chunkings = {c.name: c for c in spec.chunking_variants}
+    baseline_chunking = spec.chunking_variants[0].name
 
     dataset = runner.submit("load-dataset", load_dataset_stage, spec, forced("load-dataset")).result()
-    chunks = runner.submit("chunk", chunk_stage, dataset, spec, forced("chunk")).result() if reaches("chunk") else None
+    chunk_refs = {name: runner.submit("chunk", chunk_stage, dataset, spec, forced("chunk"), variant,
+                                      label=f"chunk-{name}").result()
+                  for name, variant in chunkings.items()} if reaches("chunk") else {}
+    chunks = chunk_refs.get(baseline_chunking)
+    filters = runner.submit("chunk", filters_stage, dataset, spec, forced("chunk"),
+                            label="filters").result() if reaches("chunk") else None
+    query_paths = {RAW_QUERIES: dataset.queries_path}
+    if reaches("chunk"):
+        query_paths |= {v.name: runner.submit("chunk", query_variant_stage, dataset, v, spec, forced("chunk"),
+                                              label=f"queries-{v.name}").result().path
+                        for v in spec.queries.variants}
 
     # A partial run touches only the named providers; a full run scores them all, the
     # untouched ones straight from the cache.
     active = spec.providers if selection.stage == "score" else [p for p in spec.providers if p.name in targeted]
     if not reaches("embed"):
         active = []
-    embedded = {p.name: (
-        runner.submit("embed", embed_stage, p, chunks.path, "chunk_id", "document", store, forced("embed", p.name),
-                      make_provider, label=f"embed-{p.name}-document"),
-        runner.submit("embed", embed_stage, p, dataset.queries_path, "query_id", "query", store, forced("embed", p.name),
-                      make_provider, label=f"embed-{p.name}-query"),
-    ) for p in active}
+    mine = [s for s in settings if s.provider in {p.name for p in active}]
+    label_provider = {s.label: s.provider for s in mine}
+    by_name = {p.name: p for p in active}
+    # Documents per (provider, chunking), queries per (provider, query variant): a query variant
+    # reuses its baseline's index; texts shared by two chunkings hit the content-hashed cache.
+    doc_label = {(s.provider, s.chunking): s.label for s in mine if s.query_variant == RAW_QUERIES}
+    query_label = {(s.provider, s.query_variant): s.label for s in mine if s.chunking == baseline_chunking}
+    doc_sets = {key: runner.submit("embed", embed_stage, by_name[key[0]], chunk_refs[key[1]].path, "chunk_id", "document",
+                                   store, forced("embed", key[0]), make_provider, label=f"embed-{label}-document",
+                                   set_label=label)
+                for key, label in doc_label.items()}
+    query_sets = {key: runner.submit("embed", embed_stage, by_name[key[0]], query_paths[key[1]], "query_id", "query",
+                                     store, forced("embed", key[0]), make_provider, label=f"embed-{label}-query",
+                                     set_label=label)
+                  for key, label in query_label.items()}
+    embedded = {p.name: (doc_sets[(p.name, baseline_chunking)], query_sets[(p.name, RAW_QUERIES)]) for p in active}
     latency = [runner.submit("latency", latency_stage, p, chunks.path, spec, selection.remeasure, make_provider,
                              label=f"latency-{p.name}")
                for p in active if spec.latency is not None and selection.stage == "score"]
 
-    plan = plan_indexes(spec.indexes.flat, spec.indexes.ivf, chunks.chunks) if chunks else None
-    for note in plan.notes if plan and reaches("index") else ():
+    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks) for name, ref in chunk_refs.items()}
+    for note in (n for plan in plans.values() for n in plan.notes) if reaches("index") else ():
         log.warning(note)
-    indexes = {p.name: [runner.submit("index", index_stage, embedded[p.name][0], settings, spec, forced("index", p.name),
-                                      label=f"index-{p.name}-{settings.kind}") for settings in plan.settings]
-               for p in active if reaches("index")}
-    retrieved = [runner.submit("retrieve", retrieve_stage, built, embedded[name][0], embedded[name][1], chunks, spec,
-                               plan.nprobe, forced("retrieve", name), label=f"retrieve-{name}-{settings.kind}")
-                 for name, builds in indexes.items() for settings, built in zip(plan.settings, builds) if reaches("retrieve")]
+    indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]),
+                                   label=f"index-{doc_label[key]}-{settings_.kind}")
+                     for settings_ in plans[key[1]].settings]
+               for key, doc_set in doc_sets.items() if reaches("index")}
+    retrieved = [runner.submit("retrieve", retrieve_stage, built, doc_sets[(s.provider, s.chunking)],
+                               query_sets[(s.provider, s.query_variant)], chunk_refs[s.chunking], spec,
+                               plans[s.chunking].nprobe, forced("retrieve", s.provider),
+                               label=f"retrieve-{s.label}-{index_settings.kind}", setting=s.label, filters=filters)
+                 for s in mine if reaches("retrieve")
+                 for index_settings, built in zip(plans[s.chunking].settings, indexes[(s.provider, s.chunking)])]
     sweeps = [runner.submit("ann-sweep", sweep_stage, embedded[p.name][0], embedded[p.name][1], chunks, dataset, spec,
                             forced("index", p.name), selection.remeasure, label=f"ann-sweep-{p.name}")
               for p in active if spec.sweep is not None and reaches("retrieve")]
 
+    buried_on = spec.statistics.buried_answers
+    if buried_on is None:
+        buried_on = isinstance(spec.chunking, list)
+    buried = [runner.submit("retrieve", buried_stage, p, dataset,
+                            [r for group in retrieved for r in group.result()
+                             if r.index == "flat" and label_provider[r.provider] == p.name],
+                            {s.label: query_sets[(s.provider, s.query_variant)].result() for s in mine if s.provider == p.name},
+                            spec, make_provider, label=f"buried-{p.name}")
+              for p in active if buried_on and reaches("score")]
+
+    filtered_ann = [runner.submit("retrieve", filtered_ann_stage, embedded[p.name][0], embedded[p.name][1],
+                                  [b.result() for b in indexes[(p.name, baseline_chunking)]],
+                                  plans[baseline_chunking].nprobe, spec, label=f"filtered-ann-{p.name}")
+                    for p in active if spec.filter_sweep is not None and reaches("retrieve")]
+
     embeddings = {name: (doc.result(), query.result()) for name, (doc, query) in embedded.items()}
-    built = {name: [b.result() for b in builds] for name, builds in indexes.items()}
+    built = {name: [b.result() for b in indexes[(name, baseline_chunking)]] for name in embedded if indexes}
+    variant_indexes = [b.result() for key, builds in indexes.items() if key[1] != baseline_chunking for b in builds]
     runs = [run for group in retrieved for run in group.result()]
     system_runs = _systems(spec, selection, runner, runs, chunks, dataset) if selection.stage == "score" else []
     sweep_results = [s.result() for s in sweeps]
@@ -321,17 +466,27 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
         pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in (s.first, s.second) if base]
         flats = sorted({(r.provider, r.index, r.nprobe) for r in runs if r.index == "flat"})
         pairs += [((s.system, s.index, s.nprobe), flat) for s in system_runs if s.kind == "bm25" for flat in flats]
-        tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec, pairs).result()
+        tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec, [b.result() for b in buried],
+                                pairs).result()
         tables |= ledger_tables(spec, dataset, embeddings, built, latency_paths)
+    if filtered_ann:
+        tables |= report.write_tables(Path(spec.output_dir), {
+            "filtered_ann": pl.concat([pl.read_parquet(f.result()) for f in filtered_ann])})
     if sweep_results:
         from tasks.stages.sweep import write_sweep_tables
 
         tables |= write_sweep_tables(sweep_results, Path(spec.output_dir))
-    all_embeddings = [e for pair in embeddings.values() for e in pair]
-    all_indexes = [i for group in built.values() for i in group]
+    all_embeddings = [d.result() for d in doc_sets.values()] + [q.result() for q in query_sets.values()]
+    all_indexes = [i for group in built.values() for i in group] + variant_indexes
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
                               all_embeddings, all_indexes, runs, tables, time.perf_counter() - started, sweep_results,
-                              index_notes=list(plan.notes) if plan else [], systems=system_runs)
+                              index_notes=[n for plan in plans.values() for n in plan.notes], systems=system_runs)
+    if len(chunk_refs) > 1 or spec.queries.variants:
+        manifest["variants"] = {
+            "chunking": {name: {"chunks": ref.chunks, "file": Path(ref.path).name} for name, ref in chunk_refs.items()},
+            "query_variants": [v.name for v in spec.queries.variants],
+            "settings": [s.label for s in mine],
+        }
     report.write_manifest(spec.output_dir, manifest)
     if reaches("score"):
         published = runner.submit("report", report_stage, spec, run_id).result()

@@ -54,11 +54,11 @@ def test_breakdown_separates_language_pairs_and_splits(sample_runs):
     breakdown = pl.read_parquet(base / "out" / "breakdown.parquet").filter(
         (pl.col("index") == "flat") & (pl.col("measure") == "ndcg@10"))
     pairs = dict(breakdown.filter(pl.col("slice_kind") == "language_pair").select("slice", "n").iter_rows())
-    # 78 English queries, 12 Hindi and 12 Hinglish ones, judged mostly against English documents.
-    assert sum(pairs.values()) == 102
+    # 86 English queries (8 of them filtered), 12 Hindi and 12 Hinglish ones, judged mostly against English documents.
+    assert sum(pairs.values()) == 110
     assert any(p.startswith("hinglish->") for p in pairs) and any(p.startswith("hi->") for p in pairs)
     splits = dict(breakdown.filter(pl.col("slice_kind") == "split").select("slice", "n").iter_rows())
-    assert splits == {"dev": 51, "test": 51}
+    assert splits == {"dev": 55, "test": 55}
     every = breakdown.filter(pl.col("slice_kind") == "all").row(0, named=True)
     assert every["ci_low"] < every["mean"] < every["ci_high"]
 

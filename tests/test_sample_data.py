@@ -24,7 +24,10 @@ CATEGORIES = {
     "natural",
     "hindi",
     "hinglish",
+    "filtered",
 }
+PRODUCTS = {"auth", "keys", "billing", "deploy", "webhooks", "ratelimit", "teams", "audit", "privacy", "cli", "sdk",
+            "logs", "status", "db", "storage", "support", "platform", "security", "api"}
 SPLITS = {"dev", "test"}
 DEVANAGARI = re.compile(r"[\u0900-\u097F]")
 
@@ -60,14 +63,15 @@ def qrels():
 
 def test_corpus_fields(corpus):
     for doc in corpus:
-        assert set(doc) == {"id", "title", "text", "language"}, doc.get("id")
-        assert all(isinstance(doc[k], str) and doc[k].strip() for k in doc), doc["id"]
+        assert set(doc) == {"id", "title", "text", "language", "metadata"}, doc.get("id")
+        assert all(isinstance(doc[k], str) and doc[k].strip() for k in doc if k != "metadata"), doc["id"]
         assert doc["language"] in DOC_LANGUAGES, doc["id"]
 
 
 def test_query_fields(queries):
     for q in queries:
-        assert set(q) == {"id", "text", "language", "category", "split"}, q.get("id")
+        assert set(q) - {"filter"} == {"id", "text", "language", "category", "split"}, q.get("id")
+        assert ("filter" in q) == (q["category"] == "filtered"), q["id"]
         assert isinstance(q["text"], str) and q["text"].strip(), q["id"]
         assert q["language"] in QUERY_LANGUAGES, q["id"]
         assert q["category"] in CATEGORIES, q["id"]
@@ -170,3 +174,31 @@ def test_long_documents(corpus):
     assert len(long_docs) >= 5
     for doc in long_docs:
         assert doc["text"].count("\n\n") >= 5, f"{doc['id']} needs paragraph breaks"
+
+
+def test_document_metadata(corpus):
+    for doc in corpus:
+        meta = doc["metadata"]
+        assert set(meta) == {"product", "doc_type"}, doc["id"]
+        assert meta["product"] in PRODUCTS, doc["id"]
+        kind = {"hi": "translation", "guide": "guide"}.get(doc["id"].rsplit("-", 1)[0], "article")
+        assert meta["doc_type"] == kind, doc["id"]
+
+
+def test_filters_name_metadata_fields_and_allow_a_relevant_document(corpus, queries, qrels):
+    meta = {d["id"]: d["metadata"] for d in corpus}
+    fields = {k for m in meta.values() for k in m}
+    filtered = [q for q in queries if "filter" in q]
+    assert len(filtered) == 8
+
+    def allowed(doc_id, condition):
+        return all(meta[doc_id].get(f) in (v if isinstance(v, list) else [v]) for f, v in condition.items())
+
+    outside = 0
+    for q in filtered:
+        assert set(q["filter"]) <= fields, q["id"]
+        relevant = [r["doc_id"] for r in qrels if r["query_id"] == q["id"] and r["grade"] >= 1]
+        assert any(allowed(d, q["filter"]) for d in relevant), q["id"]
+        outside += sum(not allowed(d, q["filter"]) for d in relevant)
+    # q108 (privacy-001, hi-019) and q109 (hi-006, hi-007) have judged answers the filter excludes
+    assert outside == 4

@@ -50,7 +50,7 @@ def test_every_system_is_a_setting_in_every_table(runs):
                 ("reranked", "flat+rescore")}
     summary = pl.read_parquet(base / "out" / "summary.parquet")
     assert set(summary.select("provider", "index").unique().rows()) == settings
-    assert set(summary["queries"]) == {102}  # a query BM25 finds nothing for still counts (as 0)
+    assert set(summary["queries"]) == {110}  # a query BM25 finds nothing for still counts (as 0)
     for table in ("per_query", "breakdown", "runs"):
         frame = pl.read_parquet(base / "out" / f"{table}.parquet")
         assert set(frame.select("provider", "index").unique().rows()) == settings, table
@@ -68,7 +68,7 @@ def test_alpha_is_chosen_on_dev_and_written_to_the_manifest(runs):
     tuned = next(s for s in first.manifest["systems"] if s["system"] == "tuned")
     facts = tuned["facts"]
     assert facts["chosen_on"] == "dev" and facts["alpha"] in (0.0, 0.5, 1.0)
-    assert set(facts["dev_scores"]) == {"0", "0.5", "1"} and facts["dev_queries"] == 51
+    assert set(facts["dev_scores"]) == {"0", "0.5", "1"} and facts["dev_queries"] == 55
     best = max(facts["dev_scores"].values())
     assert facts["dev_scores"][f"{facts['alpha']:g}"] == best
 

@@ -212,21 +212,29 @@ def _select(per_query: pl.DataFrame, setting: tuple) -> pl.DataFrame:
     return group
 
 
-def comparison_pairs(per_query: pl.DataFrame) -> list[tuple[tuple, tuple]]:
+def comparison_pairs(per_query: pl.DataFrame, baselines: dict[str, str] | None = None) -> list[tuple[tuple, tuple]]:
     """Every pair of providers at the flat index (in order of appearance), then every ANN setting
-    (a) against the flat index of the same provider (b)."""
+    (a) against the flat index of the same provider (b), then every variant setting (a) against
+    its baseline (b) at the same index and nprobe. `baselines` maps variant label -> baseline
+    label (tasks/stages/variants.py); variants are left out of the provider-vs-provider pairs."""
+    baselines = baselines or {}
     settings = per_query.select(SETTING).unique(maintain_order=True).rows()
     flat = [s for s in settings if s[1] == FLAT]
-    pairs = [(flat[i], flat[j]) for i in range(len(flat)) for j in range(i + 1, len(flat))]
+    plain = [s for s in flat if s[0] not in baselines]
+    pairs = [(plain[i], plain[j]) for i in range(len(plain)) for j in range(i + 1, len(plain))]
     flat_of = {s[0]: s for s in flat}
     pairs += [(s, flat_of[s[0]]) for s in settings if s[1] != FLAT and s[0] in flat_of]
+    present = set(settings)
+    pairs += [(s, b) for s in settings if s[0] in baselines
+              and (b := (baselines[s[0]], s[1], s[2])) in present]
     return pairs
 
 
 def comparison_table(per_query: pl.DataFrame, resamples: int = 1000, seed: int = 0,
-                     permutations: int = 10000, level: float = 0.95, extra_pairs=()) -> pl.DataFrame:
+                     permutations: int = 10000, level: float = 0.95,
+                     baselines: dict[str, str] | None = None, extra_pairs=()) -> pl.DataFrame:
     """paired_comparison for every pair from comparison_pairs, then `extra_pairs` (e.g. a reranked
     system against its own first stage); an empty table when there is none."""
-    pairs = list(dict.fromkeys([*comparison_pairs(per_query), *(tuple(map(tuple, pair)) for pair in extra_pairs)]))
+    pairs = list(dict.fromkeys([*comparison_pairs(per_query, baselines), *(tuple(map(tuple, pair)) for pair in extra_pairs)]))
     parts = [paired_comparison(per_query, a, b, resamples, permutations, seed, level) for a, b in pairs]
     return pl.concat(parts) if parts else pl.DataFrame(schema=COMPARISON_SCHEMA)

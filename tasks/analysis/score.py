@@ -19,8 +19,9 @@ def score_runs(run: pl.DataFrame, qrels: pl.DataFrame, queries: pl.DataFrame, me
                relevance_level: int = 1) -> pl.DataFrame:
     """Per-query table: provider, index, nprobe, query_id, measure, value, plus query language/category/split.
 
-    A judged query a setting returns nothing for (BM25 with no query term in the index) scores 0,
-    as with trec_eval -c, so every setting is averaged over the same queries."""
+    A judged query a setting retrieved nothing for scores 0 (trec_eval -c), so every setting is
+    averaged over the same queries: BM25 finds nothing for a query with no indexed term, and a
+    filtered search on an IVF index can starve a query completely (leaving it out would flatter it)."""
     parts = []
     for setting, group in run.group_by(SETTING, maintain_order=True):
         evaluation = evaluate(group.select("query_id", "doc_id", "score"), qrels, measures, relevance_level=relevance_level,

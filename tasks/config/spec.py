@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from tasks.config.measurement import LatencySpec, PricingSpec
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from tasks.config.sweep import SweepSpec
 from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
+from tasks.config.variants import DEFAULT_CHUNKING, FilterSweepSpec, QueriesSpec, repeated_names, resolve_rewrite_files
 from tasks.store.files import stable_hash
 
 
@@ -49,6 +50,16 @@ class ChunkingSpec(_Strict):
         if self.strategy == "fixed" and self.overlap >= self.size:
             raise ValueError(f"chunking.overlap ({self.overlap}) must be smaller than chunking.size ({self.size})")
         return self
+
+
+class ChunkingVariantSpec(ChunkingSpec):
+    """One named chunking config of a list; the first of the list is the baseline."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=40)
+
+
+# Union tags of `chunking`, left out of key paths in error messages.
+_ONE, _MANY = "<one chunking config>", "<list of chunking configs>"
 
 
 class ProviderSpec(_Strict):
@@ -92,6 +103,9 @@ class StatisticsSpec(_Strict):
     seed: int = 0
     confidence: float = Field(0.95, gt=0, lt=1)
     failure_threshold: float = Field(0.5, ge=0, le=1, description="a query scoring below this (nDCG@10, or the largest k under 10) is a failure")
+    buried_answers: bool | None = Field(None, description="embed the passages of relevant documents to flag buried answers "
+                                                          "in the failure log (tasks/stages/buried.py); default: on when "
+                                                          "chunking is a list of variants")
 
 
 class HistorySpec(_Strict):
@@ -108,7 +122,11 @@ class ReportSpec(_Strict):
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
-    chunking: ChunkingSpec = Field(default_factory=ChunkingSpec)
+    chunking: Annotated[Union[Annotated[ChunkingSpec, Tag(_ONE)], Annotated[list[ChunkingVariantSpec], Tag(_MANY)]],
+                        Discriminator(lambda v: _MANY if isinstance(v, list) else _ONE)] = Field(
+        default_factory=ChunkingSpec,
+        description="one config, or a list of named configs compared as settings (the first is the baseline)")
+    queries: QueriesSpec = Field(default_factory=QueriesSpec, description="query preprocessing variants")
     providers: list[ProviderSpec] = Field(min_length=1)
     indexes: IndexesSpec = Field(default_factory=IndexesSpec)
     k: list[int] = Field(default_factory=lambda: [5, 10, 20])
@@ -124,6 +142,7 @@ class BenchmarkSpec(_Strict):
     latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
     sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
     report: ReportSpec = Field(default_factory=ReportSpec)
+    filter_sweep: FilterSweepSpec | None = Field(None, description="filtered IVF vs filtered exact search at chosen selectivities")
 
     @field_validator("k")
     @classmethod
@@ -134,6 +153,11 @@ class BenchmarkSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if isinstance(self.chunking, list):
+            if not self.chunking:
+                raise ValueError("chunking: an empty list; expected one config or a non-empty list of named configs")
+            repeated_names("chunking", [c.name for c in self.chunking])
+        repeated_names("queries.variants", [v.name for v in self.queries.variants])
         names = [p.name for p in self.providers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -152,6 +176,13 @@ class BenchmarkSpec(_Strict):
             if provider.kind not in known_kinds():
                 raise ValueError(f"provider {provider.name!r}: unknown kind {provider.kind!r} (known: {', '.join(known_kinds())})")
         return self
+
+    @property
+    def chunking_variants(self) -> list[ChunkingVariantSpec]:
+        """Every chunking config, named; the single form is named "default"."""
+        if isinstance(self.chunking, list):
+            return list(self.chunking)
+        return [ChunkingVariantSpec(name=DEFAULT_CHUNKING, **self.chunking.model_dump())]
 
     def content_hash(self) -> str:
         return stable_hash(self.model_dump(mode="json"))
@@ -177,7 +208,7 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
-    problems = provider_option_errors(spec) + system_errors(spec)
+    problems = provider_option_errors(spec) + system_errors(spec) + rewrite_file_errors(spec, path.parent)
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
@@ -200,6 +231,20 @@ def system_errors(spec: BenchmarkSpec) -> list[str]:
         if lexical.index(name) != i:
             errors.append(f"lexical[{i}].name: {name!r} repeats lexical[{lexical.index(name)}].name")
     return errors
+def rewrite_file_errors(spec: BenchmarkSpec, base: Path) -> list[str]:
+    """Every rewrite file read now, so a malformed line is refused at load as file:line."""
+    from tasks.config.variants import RewriteError, read_rewrites
+
+    problems = []
+    for i, variant in enumerate(spec.queries.variants):
+        if variant.rewrite_file is None:
+            continue
+        file = variant.rewrite_file if variant.rewrite_file.is_absolute() else base / variant.rewrite_file
+        try:
+            read_rewrites(file)
+        except RewriteError as error:
+            problems.append(f"queries.variants[{i}].rewrite_file: {error}")
+    return problems
 
 
 def provider_option_errors(spec: BenchmarkSpec) -> list[str]:
@@ -238,6 +283,8 @@ def _path(loc) -> str:
     """A pydantic location as a key path: providers[0].options.dim."""
     out = ""
     for part in loc:
+        if part in (_ONE, _MANY):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -252,6 +299,7 @@ def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
     store = spec.store_dir if is_remote(spec.store_dir) else str(resolve(Path(spec.store_dir)))
     return spec.model_copy(update={
         "dataset": dataset,
+        "queries": resolve_rewrite_files(spec.queries, resolve),
         "output_dir": resolve(spec.output_dir),
         "store_dir": store,
         "store_mirror": resolve(spec.store_mirror),

@@ -471,12 +471,55 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
                 regressions_section(regressions), failures_section(output_dir, verdict, texts), unjudged_section(output_dir),
                 slices_section(output_dir, verdict), ann_section(output_dir, measure), tables_section(output_dir),
-                trend_section(trend, measure)]
+                trend_section(trend, measure), *variant_sections(output_dir, measure)]
     sections = [s for s in sections if s is not None]
     meta = _meta(output_dir)
     html_path = write_text(output_dir / "report.html", render_html(title, meta, sections))
     md_path = write_text(output_dir / "report.md", render_markdown(title, meta, sections))
     return html_path, md_path
+
+
+def _variant_tables(output_dir: Path, measure: str) -> list:
+    """Chunking/query variants against their baseline, buried answers and metadata filters."""
+    sections = []
+    variants = read_table(output_dir, "variant_comparisons")
+    if variants is not None and variants.height:
+        overall = variants.filter(pl.col("slice_kind") == "all").drop("slice_kind", "slice")
+        sections.append(("Variants vs baseline", None, overall,
+                         "Chunking and query variants minus their baseline, exact search, paired 95% intervals; "
+                         "per language pair and category in variant_comparisons.parquet."))
+    failures = read_table(output_dir, "failures")
+    if failures is not None and "buried" in failures.columns:
+        buried = failures.filter(pl.col("buried").fill_null(False) & (pl.col("index") == "flat"))
+        if buried.height:
+            if "surfaced_by" in buried.columns:
+                buried = buried.with_columns(surfaced_by=pl.col("surfaced_by").list.eval(pl.format(
+                    "{} #{} ({})", pl.element().struct.field("setting"), pl.element().struct.field("rank"),
+                    pl.element().struct.field("chunk_id"))).list.join(", "))
+            keep = [c for c in ("provider", "query_id", "category", "value", "buried_doc", "buried_chunk_rank",
+                                "buried_passage_rank", "buried_passage_id", "surfaced_by") if c in buried.columns]
+            sections.append(("Buried answers", None, buried.select(keep),
+                             "Failing queries whose relevant document ranks beyond 10 by its chunk but within 10 by "
+                             "its best 40-word passage; surfaced_by: the variants that found a relevant document."))
+    filters = read_table(output_dir, "filters")
+    if filters is not None and filters.height:
+        sections.append(("Metadata filters", None, filters.with_columns(pl.col("outside_doc_ids").list.join(", ")),
+                         "Judged documents a query's filter excludes stay in the judgments and count as misses."))
+    filtered_ann = read_table(output_dir, "filtered_ann")
+    if filtered_ann is not None and filtered_ann.height:
+        sections.append(("Filtered approximate search", None, filtered_ann,
+                         "Neighbour recall of filtered IVF (and post-filtered exact search) against filtered exact search."))
+    return sections
+
+def variant_sections(output_dir: Path, measure: str) -> list[Section]:
+    """Chunking/query variants against their baseline, buried answers and metadata filters."""
+    sections = []
+    for heading, _, frame, note in _variant_tables(output_dir, measure):
+        section = Section(heading, "".join(c if c.isalnum() else "-" for c in heading.lower()))
+        _p(section, note)
+        _table(section, frame)
+        sections.append(section)
+    return sections
 
 
 def render_html(title: str, meta: str, sections: list[Section]) -> str:

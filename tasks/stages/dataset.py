@@ -45,6 +45,9 @@ QUERIES_SCHEMA = {
     "split": pl.String,
 }
 QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "grade": pl.Int64}
+METADATA_SCHEMA = {"doc_id": pl.String, "metadata": pl.String}
+FILTERS_SCHEMA = {"query_id": pl.String, "filter": pl.String}
+_EXTRA_TABLES = (("metadata", METADATA_SCHEMA), ("filters", FILTERS_SCHEMA))
 _TABLES = (("corpus", CORPUS_SCHEMA), ("queries", QUERIES_SCHEMA), ("qrels", QRELS_SCHEMA))
 
 
@@ -60,6 +63,13 @@ class Dataset:
     qrels: pl.DataFrame  # query_id, doc_id, grade
     notes: tuple[str, ...] = ()
     unjudged_queries: tuple[str, ...] = ()  # in the split but without judgments: dropped, not scored
+    # Optional, present only when the collection has them (tasks/stages/filters.py):
+    metadata: pl.DataFrame | None = None  # doc_id, metadata (a JSON object of scalar fields)
+    filters: pl.DataFrame | None = None  # query_id, filter (JSON: field -> value or list of values)
+
+    def extra_tables(self) -> list[tuple[str, pl.DataFrame]]:
+        return [(label, frame) for label, frame in (("metadata", self.metadata), ("filters", self.filters))
+                if frame is not None]
 
 
 # One judgment as read, before grade mapping; `where` is "file:line" for error messages.
@@ -84,6 +94,8 @@ class _Raw:
     notes: list[str]
     max_grade: int | None = None
     default_grade_map: dict[int, int] | None = None
+    metadata: dict[str, dict] | None = None  # doc id -> metadata object
+    filters: dict[str, dict] | None = None  # query id -> filter object
 
 
 # ---------------------------------------------------------------- public API
@@ -160,6 +172,10 @@ def content_hash(ds: Dataset) -> str:
         for row in frame.select(columns).sort(columns).iter_rows():
             h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode())
             h.update(b"\n")
+    for label, frame in ds.extra_tables():
+        h.update(f"{label}\n".encode())
+        for row in frame.sort(frame.columns).iter_rows():
+            h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
     return h.hexdigest()
 
 
@@ -169,6 +185,8 @@ def save_dataset(ds: Dataset, directory: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for label, _ in _TABLES:
         frame: pl.DataFrame = getattr(ds, label)
+        _write_atomically(directory / f"{label}.parquet", frame.write_parquet)
+    for label, frame in ds.extra_tables():
         _write_atomically(directory / f"{label}.parquet", frame.write_parquet)
     meta = {"name": ds.name, "notes": list(ds.notes), "content_hash": content_hash(ds)}
     text = json.dumps(meta, ensure_ascii=False, indent=2) + "\n"
@@ -200,11 +218,16 @@ def load_saved_dataset(directory: str | Path) -> Dataset:
             if frame.schema[column] != dtype:
                 raise DatasetError(f"{file}: column {column!r} has type {frame.schema[column]}, expected {dtype}")
         frames[label] = frame.select(list(schema))
+    for label, schema in _EXTRA_TABLES:
+        file = directory / f"{label}.parquet"
+        if file.is_file():
+            frames[label] = pl.read_parquet(file).select(list(schema)).cast(schema)
     keys = ("name", "notes", "content_hash")
     missing = [k for k in keys if k not in meta] if isinstance(meta, dict) else list(keys)
     if missing:
         raise DatasetError(f"{meta_path}: missing keys {missing}; expected what save_dataset writes")
-    ds = Dataset(meta["name"], frames["corpus"], frames["queries"], frames["qrels"], tuple(meta["notes"]))
+    ds = Dataset(meta["name"], frames["corpus"], frames["queries"], frames["qrels"], tuple(meta["notes"]),
+                 metadata=frames.get("metadata"), filters=frames.get("filters"))
     if content_hash(ds) != meta["content_hash"]:
         raise DatasetError(
             f"{directory}: tables do not match the content hash in dataset.json "
@@ -271,6 +294,15 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
     notes.append(
         f"split {split!r}: {len(raw.docs)} documents, {len(kept)} queries, {len(judgments)} judgments"
     )
+    metadata = filters = None
+    if raw.metadata:
+        metadata = pl.DataFrame([(d, _canonical(m)) for d, m in raw.metadata.items()], schema=METADATA_SCHEMA,
+                                orient="row")
+    kept_filters = {q: f for q, f in (raw.filters or {}).items() if q in kept_ids}
+    if kept_filters:
+        filters = pl.DataFrame([(q, _canonical(f)) for q, f in kept_filters.items()], schema=FILTERS_SCHEMA,
+                               orient="row")
+        notes.append(f"{len(kept_filters)} queries carry a metadata filter")
     return Dataset(
         name=raw.name,
         corpus=pl.DataFrame(raw.docs, schema=CORPUS_SCHEMA, orient="row"),
@@ -278,7 +310,13 @@ def _assemble(raw: _Raw, split: str, grade_map: dict[int, int] | None) -> Datase
         qrels=pl.DataFrame(judgments, schema=QRELS_SCHEMA, orient="row"),
         notes=tuple(notes),
         unjudged_queries=unjudged,
+        metadata=metadata,
+        filters=filters,
     )
+
+
+def _canonical(obj: dict) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _map_grade(j: _Judgment, grade_map: dict[int, int] | None, max_grade: int | None) -> int:
@@ -404,13 +442,19 @@ class _Ids:
 
 def _read_jsonl(folder: Path, split: str, name: str | None = None) -> _Raw:
     corpus_file, queries_file, qrels_file = (folder / f for f in ("corpus.jsonl", "queries.jsonl", "qrels.jsonl"))
-    docs, detected = _jsonl_docs(corpus_file, "id", "corpus.jsonl with id, title?, text, language?")
+    metadata: dict[str, dict] = {}
+    docs, detected = _jsonl_docs(corpus_file, "id", "corpus.jsonl with id, title?, text, language?, metadata?",
+                                 metadata=metadata)
+    fields = _metadata_fields(metadata)
+    filters: dict[str, dict] = {}
     queries: list[tuple[str, str, str, str, str]] = []
     ids = _Ids()
     defaulted = {"language": 0, "split": 0}
-    for where, obj in _json_lines(queries_file, "queries.jsonl with id, text, language?, category?, split?"):
+    for where, obj in _json_lines(queries_file, "queries.jsonl with id, text, language?, category?, split?, filter?"):
         qid = _str_field(obj, "id", where, nonempty=True)
         ids.add(qid, where)
+        if obj.get("filter") is not None:
+            filters[qid] = _filter_field(obj["filter"], where, fields)
         text = _str_field(obj, "text", where, nonempty=True)
         if obj.get("language") is None:
             language = detect_language(text)
@@ -444,12 +488,14 @@ def _read_jsonl(folder: Path, split: str, name: str | None = None) -> _Raw:
         notes.append(f"{defaulted['split']} queries without split: put in {DEFAULT_SPLIT!r}")
     return _Raw(
         name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes,
-        max_grade=JSONL_MAX_GRADE,
+        max_grade=JSONL_MAX_GRADE, metadata=metadata or None, filters=filters or None,
     )
 
 
-def _jsonl_docs(path: Path, id_key: str, what: str) -> tuple[list[tuple[str, str, str, str]], int]:
-    """Documents of a JSONL corpus (own format or BEIR); returns them and how many had no language."""
+def _jsonl_docs(path: Path, id_key: str, what: str, metadata: dict[str, dict] | None = None,
+                extra_fields_are_metadata: bool = False) -> tuple[list[tuple[str, str, str, str]], int]:
+    """Documents of a JSONL corpus (own format or BEIR); returns them and how many had no language.
+    Their `metadata` objects (and, for BEIR, every field besides _id/title/text) go into `metadata`."""
     docs = []
     ids = _Ids()
     detected = 0
@@ -466,7 +512,58 @@ def _jsonl_docs(path: Path, id_key: str, what: str) -> tuple[list[tuple[str, str
         else:
             language = _str_field(obj, "language", where, nonempty=True)
         docs.append((doc_id, title, text, language))
+        if metadata is not None:
+            # BEIR's metadata comes as published (nested values included): its scalar fields are kept.
+            strict = not extra_fields_are_metadata
+            fields = _metadata_field(obj.get("metadata"), where, strict)
+            if extra_fields_are_metadata:
+                extra = {k: v for k, v in obj.items() if k not in (id_key, "title", "text", "language", "metadata")}
+                fields |= _metadata_field(extra, where, strict)
+            if fields:
+                metadata[doc_id] = fields
     return docs, detected
+
+
+_SCALAR = (str, int, float, bool)
+
+
+def _metadata_field(value: Any, where: str, strict: bool = True) -> dict:
+    """A document's metadata: an object of scalar fields (strings, numbers, booleans); not strict:
+    other values are left out."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        if not strict:
+            return {}
+        raise DatasetError(f"{where}: field 'metadata' must be an object, found {_json_type(value)}")
+    if not strict:
+        return {k: v for k, v in value.items() if isinstance(v, _SCALAR)}
+    for key, item in value.items():
+        if not isinstance(item, _SCALAR):
+            raise DatasetError(f"{where}: metadata field {key!r} must be a string, number or boolean, "
+                               f"found {_json_type(item)}")
+    return dict(value)
+
+
+def _metadata_fields(metadata: dict[str, dict]) -> set[str]:
+    return {key for fields in metadata.values() for key in fields}
+
+
+def _filter_field(value: Any, where: str, fields: set[str]) -> dict:
+    """A query's filter: {field: value} (equality) or {field: [values]} (membership), every field
+    one that some document's metadata has; all conditions must hold."""
+    if not isinstance(value, dict) or not value:
+        raise DatasetError(f"{where}: field 'filter' must be a non-empty object of metadata conditions, "
+                           f"found {_json_type(value)} {value!r}")
+    for key, wanted in value.items():
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "none: no document has metadata"
+            raise DatasetError(f"{where}: filter field {key!r} is not a metadata field of any document (known: {known})")
+        values = wanted if isinstance(wanted, list) else [wanted]
+        if not values or not all(isinstance(v, _SCALAR) for v in values):
+            raise DatasetError(f"{where}: filter field {key!r} must be a string, number or boolean, or a non-empty "
+                               f"list of them, found {wanted!r}")
+    return dict(value)
 
 
 # ---------------------------------------------------------------- BEIR
@@ -474,7 +571,9 @@ def _jsonl_docs(path: Path, id_key: str, what: str) -> tuple[list[tuple[str, str
 
 def _read_beir(folder: Path, split: str, name: str | None = None) -> _Raw:
     corpus_file, queries_file = folder / "corpus.jsonl", folder / "queries.jsonl"
-    docs, _ = _jsonl_docs(corpus_file, "_id", "BEIR corpus.jsonl with _id, title, text")
+    metadata: dict[str, dict] = {}
+    docs, _ = _jsonl_docs(corpus_file, "_id", "BEIR corpus.jsonl with _id, title, text", metadata=metadata,
+                          extra_fields_are_metadata=True)
     qrels_dir = folder / "qrels"
     if split == "all":
         qrels_files = sorted(qrels_dir.glob("*.tsv"))
@@ -506,7 +605,8 @@ def _read_beir(folder: Path, split: str, name: str | None = None) -> _Raw:
         qsplit = split_of.get(qid, (DEFAULT_SPLIT, ""))[0]
         queries.append((qid, text, detect_language(text), DEFAULT_CATEGORY, qsplit))
     notes = ["languages detected from script"]
-    return _Raw(name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes)
+    return _Raw(name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes,
+                metadata=metadata or None)
 
 
 def _read_beir_qrels(path: Path) -> Iterator[_Judgment]:

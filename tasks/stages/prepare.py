@@ -101,7 +101,8 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
-    made = build_folder_once(spec.store_dir, directory, _DATASET_FILES, lambda tmp: save_dataset(dataset, tmp),
+    files = (*_DATASET_FILES[:-1], *(f"{label}.parquet" for label, _ in dataset.extra_tables()), _DATASET_FILES[-1])
+    made = build_folder_once(spec.store_dir, directory, files, lambda tmp: save_dataset(dataset, tmp),
                              parse=parquet_readable, force=force)
     return DatasetRef(
         path=str(directory), key=digest, computed=made.computed, seconds=time.perf_counter() - started,
@@ -110,8 +111,10 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     )
 
 
-def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False) -> ChunksRef:
-    config = ChunkConfig(**spec.chunking.model_dump())
+def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False, variant=None) -> ChunksRef:
+    """Chunks of the corpus under `variant` (a ChunkingVariantSpec; default: the spec's first config)."""
+    variant = variant or spec.chunking_variants[0]
+    config = ChunkConfig(**variant.model_dump(exclude={"name"}))
     key = stable_hash("chunks-v1", dataset.key, config.name)  # only parameters that change the chunks
     path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
 

@@ -57,7 +57,10 @@ def retrieve(
     nprobe: int | None,
     store: Path,
     force: bool = False,
+    filters_path: str | None = None,
 ) -> RunResult:
+    """`filters_path`: the dataset's metadata-filter groups (tasks/stages/filters.py); its
+    queries search only the chunks of the documents their filter allows."""
     index_file = Path(built.path)
     if not verify(index_file, store, None):  # damaged since the index stage: quarantined, build it again
         built = build_index(doc_set, built.settings, store)
@@ -66,12 +69,13 @@ def retrieve(
     # by its own content hash.
     index_identity = recorded_checksum(index_file) or f"{index_file.stat().st_size}:{index_file.stat().st_mtime_ns}"
     key = stable_hash("run-v2", index_file.name, doc_set.key, index_identity, query_set.key,
-                      Path(chunks_path).name, depth, nprobe)
+                      Path(chunks_path).name, depth, nprobe, *([Path(filters_path).name] if filters_path else []))
     path = Path(store) / "runs" / f"{key}.parquet"
     searched = {"seconds": 0.0}
 
     def build(tmp: str) -> None:
-        run, searched["seconds"] = _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file)
+        run, searched["seconds"] = _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
+                                                    filters_path)
         pq.write_table(run.to_arrow(), tmp, compression="zstd")
 
     made = build_once(store, path, build, parse=parquet_readable, force=force)
@@ -79,7 +83,8 @@ def retrieve(
                      index=built.settings.kind, nprobe=nprobe, queries=query_set.count, search_seconds=searched["seconds"])
 
 
-def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file) -> tuple[pl.DataFrame, float]:
+def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
+                     filters_path=None) -> tuple[pl.DataFrame, float]:
     chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"].to_list()
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
     chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
@@ -94,7 +99,13 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
     started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
     doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
-    hits = search_documents(index, query_vectors, doc_codes, depth)
+    if filters_path:
+        from tasks.stages.filters import search_with_filters
+
+        hits = search_with_filters(index, query_vectors, query_ids, doc_codes, doc_ids, depth,
+                                   pl.read_parquet(filters_path), nprobe)
+    else:
+        hits = search_documents(index, query_vectors, doc_codes, depth)
     seconds = time.perf_counter() - started
 
     run = document_run(hits, doc_codes, pl.Series(query_ids), pl.Series(doc_ids), pl.Series(chunk_ids)).with_columns(

@@ -31,6 +31,11 @@ class SystemRun(StageResult):
     second: tuple | None = None
     facts: dict = field(default_factory=dict)  # alpha choice, rerank counts and added latency, ...
 
+    @property
+    def provider(self) -> str:
+        """The run's `provider` column: the system's name."""
+        return self.system
+
 
 def first_stage_names(providers: list[str], ivf: bool, lexical: list[str]) -> list[str]:
     """Every name a `systems[].first` may use."""

@@ -41,9 +41,15 @@ def options_model(kind: str) -> type[BaseModel]:
     return provider_class(kind).Options
 
 
-def create_provider(kind: str, options: dict[str, Any] | None = None) -> Provider:
-    """Build the provider `kind` from its options."""
-    return provider_class(kind)(**(options or {}))
+def create_provider(kind: str, options: dict[str, Any] | None = None, dimensions: int | None = None) -> Provider:
+    """Build the provider `kind` from its options; `dimensions` keeps the first N components
+    of its vectors, re-normalised (tasks/providers/truncated.py)."""
+    provider = provider_class(kind)(**(options or {}))
+    if dimensions is None:
+        return provider
+    from tasks.providers.truncated import with_dimensions
+
+    return with_dimensions(provider, dimensions)
 
 
 def _load_builtin() -> None:

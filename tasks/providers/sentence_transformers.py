@@ -64,6 +64,9 @@ class SentenceTransformersProvider(Provider):
             "pooling": config.get("pooling"),
         }
 
+    def declared_dim(self) -> int | None:
+        return self._read_config().get("dim")
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
         return self._model.encode(

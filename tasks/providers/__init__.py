@@ -54,7 +54,7 @@ def create_provider(kind: str, options: dict[str, Any] | None = None, dimensions
 
 def _load_builtin() -> None:
     # Importing registers them; done lazily so `import tasks.providers` stays cheap.
-    from tasks.providers import e5_multilingual, hashing, sentence_transformers  # noqa: F401
+    from tasks.providers import e5_multilingual, finetuned, hashing, sentence_transformers  # noqa: F401
     from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 

@@ -14,7 +14,9 @@ from tasks.providers import create_provider
 from tasks.stages.dataset import load_dataset
 from tasks.stages.embed import full_fingerprint
 from tasks.providers.finetuned import FinetunedOptions
-from tasks.stages.finetune import FinetuneInputError, check_training_queries, finetune_key, finetune_provider
+from tasks.stages.finetune import (
+    FinetuneInputError, check_training_queries, finetune_key, finetune_provider, write_training_tables,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,6 +90,9 @@ def test_trains_once_on_dev_only_and_the_fingerprint_carries_the_weights(sample,
     tuned_vectors, base_vectors = tuned.encode(texts, "query"), base.encode(texts, "query")
     assert tuned_vectors.shape == (2, 384) and not np.allclose(tuned_vectors, base_vectors, atol=1e-4)
     assert first.table()["triples"].to_list() == [8]
+    paths = write_training_tables([first], tmp_path / "out")
+    assert pl.read_parquet(paths["finetune_loss"])["step"].to_list() == [1, 2]
+    assert pl.read_parquet(paths["finetune_training"]).row(0, named=True)["steps"] == 2
 
 
 def test_untrained_provider_says_what_to_run():

@@ -220,3 +220,21 @@ def _versions() -> dict:
 
     return {"sentence_transformers": sentence_transformers.__version__, "transformers": transformers.__version__,
             "torch": torch.__version__}
+
+
+def write_training_tables(models: list[FinetunedModel], output_dir: Path) -> dict[str, str]:
+    """`finetune_training.parquet`/`.csv` (one row per fine-tuned model: triples,
+    hyperparameters, steps, final loss, seconds, peak RSS) and `finetune_loss.parquet` (the loss
+    at every logged step, per model)."""
+    output_dir = Path(output_dir)
+    table = pl.concat([m.table() for m in models], how="diagonal_relaxed")
+    losses = pl.concat([pl.DataFrame(m.log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
+                                                    "seconds": pl.Float64}).with_columns(base=pl.lit(m.base), key=pl.lit(m.key[:16]))
+                        for m in models], how="diagonal_relaxed")
+    from tasks.store.files import write_text
+
+    return {
+        "finetune_training": str(write_parquet(table, output_dir / "finetune_training.parquet")),
+        "finetune_training_csv": str(write_text(output_dir / "finetune_training.csv", table.write_csv())),
+        "finetune_loss": str(write_parquet(losses, output_dir / "finetune_loss.parquet")),
+    }

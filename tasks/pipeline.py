@@ -77,7 +77,7 @@ class Runner:
 def default_provider(provider: ProviderSpec):
     from tasks.providers import create_provider
 
-    return create_provider(provider.kind, provider.options)
+    return create_provider(provider.kind, provider.options, provider.dimensions)
 
 
 @dataclass

@@ -19,6 +19,7 @@ SPEC = SweepSpec(
     ivf={"nlist": [16], "nprobe": [1, 2, 4, 16]},
     hnsw={"M": [8], "ef_construction": [20], "ef_search": [4, 64]},
     ivfpq={"nlist": [16], "m": [4], "nbits": [4], "nprobe": [16]},
+    sq=None, binary=None,  # tests/test_compressed_index.py sweeps those
     k=10, depth=20, repeats=1, latency_queries=5, bootstrap=200,
 )
 
@@ -187,7 +188,7 @@ def test_spec_defaults_follow_the_number_of_vectors():
     # nprobe beyond nlist is clipped; a measure is named canonically.
     grid = resolve_grid(SweepSpec(ivf={"nlist": [4], "nprobe": [2, 8, 64]}, hnsw=None, ivfpq=None, measure="nDCG@5"), 1000, 8)
     assert grid[1][1] == [{"nprobe": 2}, {"nprobe": 4}]
-    assert [s.kind for s, _ in resolve_grid(SweepSpec(), 300, 8)] == ["flat", "ivf", "hnsw"]  # too small for PQ defaults
+    assert [s.kind for s, _ in resolve_grid(SweepSpec(sq=None, binary=None), 300, 8)] == ["flat", "ivf", "hnsw"]  # too small for PQ defaults
     assert SweepSpec(measure="nDCG@5").measures() == ["recall@10", "mrr", "ndcg@10", "ndcg@5"]
 
 

@@ -68,6 +68,7 @@ class ProviderSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     batch_size: int = Field(64, ge=1, description="texts per cache shard: a crash loses at most one batch")
     pricing: PricingSpec | None = Field(None, description="price per 1M tokens, with the date it was read")
+    dimensions: int | None = Field(None, ge=1, description="keep the first N components of every vector, re-normalised")
 
 
 class IVFSpec(_Strict):
@@ -209,6 +210,10 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
     problems = provider_option_errors(spec) + system_errors(spec) + rewrite_file_errors(spec, path.parent)
+    if not problems:  # the model-variant checks build providers from options that must be valid first
+        from tasks.config.model_variants import variant_errors
+
+        problems = variant_errors(spec)
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)

@@ -1,4 +1,5 @@
-"""`sweep:` in the benchmark spec: the ANN grid (IVF, HNSW, IVF-PQ) measured against exact search.
+"""`sweep:` in the benchmark spec: the ANN grid (IVF, HNSW, IVF-PQ) and the compressed indexes
+(scalar quantisation, binary codes) measured against exact search.
 
 Configuration only: validated at spec load, with no stage code (and so no FAISS) imported."""
 from __future__ import annotations
@@ -55,6 +56,32 @@ class IVFPQGrid(_Strict):
         return values
 
 
+class SQGrid(_Strict):
+    qtype: list[Literal["fp16", "8bit"]] = Field(default_factory=lambda: ["fp16", "8bit"],
+                                                 description="fp16: 2 bytes per component; 8bit: 1 byte, trained ranges")
+    train_size: int | None = Field(None, ge=1, description="8bit: vectors sampled to learn the ranges; null: all, up to 100,000")
+    seed: int = 0
+
+    @field_validator("qtype")
+    @classmethod
+    def _some(cls, values):
+        if not values:
+            raise ValueError("qtype must name at least one of fp16, 8bit")
+        return sorted(set(values), key=["fp16", "8bit"].index)
+
+
+class BinaryGrid(_Strict):
+    rescore: list[int] = Field(default_factory=lambda: [0, 100],
+                               description="query-time: Hamming candidates re-scored with the float vectors; 0: none")
+
+    @field_validator("rescore")
+    @classmethod
+    def _non_negative(cls, values):
+        if not values or any(v < 0 for v in values):
+            raise ValueError("rescore must be a non-empty list of integers >= 0")
+        return sorted(set(values))
+
+
 class SweepSpec(_Strict):
     """`sweep:` in the benchmark spec. A family set to null is skipped; a null list inside one is
     derived from the number of vectors (and the dimension) at run time."""
@@ -62,6 +89,9 @@ class SweepSpec(_Strict):
     ivf: IVFGrid | None = Field(default_factory=IVFGrid)
     hnsw: HNSWGrid | None = Field(default_factory=HNSWGrid)
     ivfpq: IVFPQGrid | None = Field(default_factory=IVFPQGrid)
+    sq: SQGrid | None = Field(default_factory=SQGrid)
+    binary: BinaryGrid | None = Field(default_factory=BinaryGrid)
+    project_vectors: int | None = Field(None, ge=1, description="also report each index's size projected to this many vectors")
     k: int = Field(10, ge=1, description="neighbour recall@k and the metric cutoffs")
     depth: int = Field(100, ge=1, description="documents retrieved per query (MRR looks this deep)")
     repeats: int = Field(3, ge=1, description="timed runs per measurement, after the warm-up")

@@ -41,14 +41,20 @@ def options_model(kind: str) -> type[BaseModel]:
     return provider_class(kind).Options
 
 
-def create_provider(kind: str, options: dict[str, Any] | None = None) -> Provider:
-    """Build the provider `kind` from its options."""
-    return provider_class(kind)(**(options or {}))
+def create_provider(kind: str, options: dict[str, Any] | None = None, dimensions: int | None = None) -> Provider:
+    """Build the provider `kind` from its options; `dimensions` keeps the first N components
+    of its vectors, re-normalised (tasks/providers/truncated.py)."""
+    provider = provider_class(kind)(**(options or {}))
+    if dimensions is None:
+        return provider
+    from tasks.providers.truncated import with_dimensions
+
+    return with_dimensions(provider, dimensions)
 
 
 def _load_builtin() -> None:
     # Importing registers them; done lazily so `import tasks.providers` stays cheap.
-    from tasks.providers import e5_multilingual, hashing, sentence_transformers  # noqa: F401
+    from tasks.providers import e5_multilingual, finetuned, hashing, sentence_transformers  # noqa: F401
     from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 

@@ -59,6 +59,11 @@ class Provider:
         """
         raise NotImplementedError
 
+    def declared_dim(self) -> int | None:
+        """The vector dimension known without encoding anything (options or the model's
+        config), or None; the spec checks `dimensions:` against it at load."""
+        return None
+
     def encode(self, texts: list[str], role: Role) -> np.ndarray:
         """Vectors for `texts` as a (len(texts), dim) float array, in input order."""
         raise NotImplementedError

@@ -46,6 +46,9 @@ class E5MultilingualProvider(Provider):
             "dim": 384,
         }
 
+    def declared_dim(self) -> int:
+        return 384
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         return self._model.encode(list(texts), is_query=(role == "query")).reshape(len(texts), -1)
 

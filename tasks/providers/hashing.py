@@ -32,6 +32,9 @@ class HashingProvider(Provider):
     def fingerprint(self) -> dict:
         return {"kind": self.kind, "version": 1, **self.options.model_dump(mode="json")}
 
+    def declared_dim(self) -> int:
+        return self.options.dim
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         # Queries and documents share one space: a lexical model has no prefixes.
         out = np.zeros((len(texts), self.options.dim), dtype=np.float32)

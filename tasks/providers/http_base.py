@@ -147,6 +147,9 @@ class HttpProvider(Provider):
     def expected_dim(self) -> int | None:
         return None
 
+    def declared_dim(self) -> int | None:
+        return self.expected_dim()  # only when the options ask the API for a dimension
+
     def reported_version(self, client: httpx.Client) -> Any:
         """A model version the server reports (used when probe_version is on)."""
         return None

@@ -8,6 +8,8 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers import register
@@ -27,6 +29,9 @@ class SentenceTransformersOptions(BaseModel):
     max_seq_length: int | None = Field(None, ge=8)
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        "torch", description="onnx / onnx-int8: ONNX Runtime on an export of the model (tasks/providers/onnx_backend.py)")
+    onnx_cache: str | None = Field(None, description="folder for ONNX exports; default ~/.cache/retbench/onnx")
 
 
 def _default_model_path() -> Path:
@@ -52,7 +57,11 @@ class SentenceTransformersProvider(Provider):
 
     def fingerprint(self) -> dict:
         config = self._read_config()
-        return {
+        # Another engine computes slightly different vectors: its own cache rows. torch adds
+        # no key, so caches made before backends existed stay valid.
+        backend = {} if self.options.backend == "torch" else {
+            "backend": self.options.backend, "onnx_sha256": self._onnx.sha256}
+        return {**backend,
             "kind": self.kind,
             "model": self._model_name(),
             "revision": self.options.revision,
@@ -64,8 +73,13 @@ class SentenceTransformersProvider(Provider):
             "pooling": config.get("pooling"),
         }
 
+    def declared_dim(self) -> int | None:
+        return self._read_config().get("dim")
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
+        if self.options.backend != "torch":
+            return self._onnx.encode([prefix + text for text in texts], self.options.batch_size)
         return self._model.encode(
             [prefix + text for text in texts],
             batch_size=self.options.batch_size,
@@ -77,8 +91,17 @@ class SentenceTransformersProvider(Provider):
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         """Tokens the model reads (prefix and special tokens included, before truncation), for the cost ledger."""
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
-        encoded = self._model.tokenizer([prefix + text for text in texts], add_special_tokens=True, verbose=False)["input_ids"]
+        tokenizer = self._model.tokenizer if self.options.backend == "torch" else self._onnx.tokenizer
+        encoded = tokenizer([prefix + text for text in texts], add_special_tokens=True, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded], "tokenizer"
+
+    @cached_property
+    def _onnx(self):
+        from tasks.providers.onnx_backend import OnnxEncoder
+
+        max_len = self.options.max_seq_length or self._read_config().get("max_seq_length")
+        cache = Path(self.options.onnx_cache) if self.options.onnx_cache else None
+        return OnnxEncoder(self.path, self.options.backend, self._weights_hash, max_len, cache)
 
     @cached_property
     def _model(self):

@@ -34,7 +34,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         # Older names kept beside the common StageResult ones, so readers of earlier manifests keep working.
         "dataset": {**{k: v for k, v in asdict(dataset).items() if k != "seconds"}, "content_hash": dataset.key},
         "chunks": asdict(chunks) if chunks else None,
-        "providers": {p.name: full_fingerprint(create_provider(p.kind, p.options)) for p in spec.providers},
+        "providers": {p.name: full_fingerprint(create_provider(p.kind, p.options, p.dimensions)) for p in spec.providers},
         "embedding": [{**asdict(e), "set_path": e.path, "set_key": e.key} for e in embeddings],
         "texts": {
             "embedded": sum(e.embedded for e in embeddings),

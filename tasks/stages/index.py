@@ -1,4 +1,5 @@
-"""FAISS indexes over one embedding set: exact (flat) and approximate (IVF, HNSW, IVF-PQ).
+"""FAISS indexes over one embedding set: exact (flat), approximate (IVF, HNSW, IVF-PQ) and
+compressed (scalar quantisation fp16/8-bit, binary sign codes searched by Hamming distance).
 
 One settings type for every kind; its file name is its key: files are named by their
 build-time parameters under a folder named by the embedding set,
@@ -22,19 +23,25 @@ from typing import Callable
 import faiss
 import numpy as np
 
+from tasks.stages.binary_codes import BinarySearch, build_binary_index, padded_bits
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.store.integrity import faiss_dimension
 
-KINDS = ("flat", "ivf", "hnsw", "ivfpq")
-# Query-time parameter of each kind, as FAISS's ParameterSpace names it.
-QUERY_PARAMETER = {"flat": None, "ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "efSearch"}
+KINDS = ("flat", "ivf", "hnsw", "ivfpq", "sq", "binary")
+SQ_TYPES = {"fp16": faiss.ScalarQuantizer.QT_fp16, "8bit": faiss.ScalarQuantizer.QT_8bit}
+# Query-time parameter of each kind, as FAISS's ParameterSpace names it (binary: ours,
+# the number of Hamming candidates re-scored with the float vectors).
+QUERY_PARAMETER = {"flat": None, "ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "efSearch", "sq": None, "binary": "rescore"}
 _BUILD_PARAMS = {
     "flat": (),
     "ivf": ("nlist", "train_size", "seed"),
     "hnsw": ("M", "ef_construction"),
     "ivfpq": ("nlist", "m", "nbits", "train_size", "seed"),
+    "sq": ("qtype", "train_size", "seed"),
+    "binary": (),
 }
+_BINARY_FOURCC = b"IBxF"  # faiss.write_index_binary's tag for IndexBinaryFlat
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,15 @@ class IndexSettings:
     ef_construction: int | None = None
     m: int | None = None
     nbits: int | None = None
+    qtype: str | None = None  # sq: fp16 | 8bit
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown index kind {self.kind!r} (known: {', '.join(KINDS)})")
+        if self.kind == "sq" and self.qtype not in SQ_TYPES:
+            raise ValueError(f"sq index: qtype must be one of {', '.join(SQ_TYPES)} (got {self.qtype!r})")
+        if self.kind == "sq" and self.qtype == "8bit" and not self.train_size:
+            raise ValueError("sq index: qtype 8bit is trained (per-component ranges): give train_size")
 
     @property
     def file_name(self) -> str:
@@ -62,11 +74,22 @@ class IndexSettings:
             return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
         if self.kind == "hnsw":
             return f"hnsw_M-{self.M}_efc-{self.ef_construction}.faiss"
+        if self.kind == "binary":
+            return "binary.faiss"
+        if self.kind == "sq":
+            if self.qtype == "fp16":  # nothing to train: no sample names it
+                return "sq_qtype-fp16.faiss"
+            return f"sq_qtype-{self.qtype}_train-{self.train_size}_seed-{self.seed}.faiss"
         return f"ivfpq_nlist-{self.nlist}_m-{self.m}_nbits-{self.nbits}_train-{self.train_size}_seed-{self.seed}.faiss"
 
     def build_params(self) -> dict[str, int]:
         """The parameters that matter for this kind, in a fixed order (the sweep table's `build_params`)."""
-        return {name: getattr(self, name) for name in _BUILD_PARAMS[self.kind]}
+        names = ("qtype",) if self.kind == "sq" and self.qtype == "fp16" else _BUILD_PARAMS[self.kind]
+        return {name: getattr(self, name) for name in names}
+
+    @property
+    def is_binary(self) -> bool:
+        return self.kind == "binary"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,15 +137,17 @@ def build_index(
     path = index_path(store, embedding_set, settings)
     read = vectors or (lambda: load_vectors(embedding_set)[1])
 
+    write, read_back = (faiss.write_index_binary, faiss.read_index_binary) if settings.is_binary else (faiss.write_index, faiss.read_index)
+
     def build(tmp: str) -> dict:
         index, train_seconds, build_seconds = build_faiss_index(read(), settings)
-        faiss.write_index(index, tmp)
+        write(index, tmp)
         return {"build_seconds": build_seconds, "train_seconds": train_seconds, "vectors": embedding_set.count,
                 "dim": embedding_set.dim, "settings": asdict(settings), "faiss": faiss.__version__}
 
-    built = build_once(store, path, build, parse=lambda p: faiss.read_index(str(p)), force=force)
+    built = build_once(store, path, build, parse=lambda p: read_back(str(p)), force=force)
     if not built.computed:
-        check_dimension(path, embedding_set.dim)
+        check_dimension(path, padded_bits(embedding_set.dim) if settings.is_binary else embedding_set.dim)
     return BuiltIndex(
         path=str(path), key=f"{embedding_set.key[:32]}/{settings.file_name}", computed=built.computed,
         seconds=built.seconds, provider=embedding_set.provider, settings=settings, vectors=embedding_set.count,
@@ -135,13 +160,17 @@ _ADD_BATCH = 65_536  # rows added at a time: FAISS copies what it is given, so n
 
 
 def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[faiss.Index, float, float]:
-    """(index, train seconds, build seconds = train + add) over unit vectors, inner product.
+    """(index, train seconds, build seconds = train + add) over unit vectors, inner product
+    (binary: a faiss.IndexBinaryFlat of their sign bits).
 
     `vectors` is a matrix, or a row source with `shape` and row indexing whose `fill_rows(out)`, when
     it has one, writes every row into the flat index's storage (tasks/stages/build_vectors.py).
     """
     n, dim = vectors.shape
     started = time.perf_counter()
+    if settings.is_binary:
+        index = build_binary_index(vectors, _ADD_BATCH)
+        return index, 0.0, time.perf_counter() - started
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
         _fill_flat(index, vectors)
@@ -150,6 +179,8 @@ def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[fai
     if settings.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = settings.ef_construction
+    elif settings.kind == "sq":
+        index = faiss.IndexScalarQuantizer(dim, SQ_TYPES[settings.qtype], faiss.METRIC_INNER_PRODUCT)
     elif settings.kind == "ivf":
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
     else:
@@ -157,10 +188,12 @@ def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[fai
             raise ValueError(f"IVF-PQ m={settings.m} must divide the dimension {dim}")
         index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, settings.nlist, settings.m, settings.nbits,
                                  faiss.METRIC_INNER_PRODUCT)
-    if settings.kind in ("ivf", "ivfpq"):
+    if settings.kind in ("ivf", "ivfpq") or (settings.kind == "sq" and settings.qtype != "fp16"):
+        # SQ8 learns each component's range from the sample; a later vector outside it is clipped.
         rng = np.random.default_rng(settings.seed)
-        rows = np.sort(rng.choice(n, size=settings.train_size, replace=False))
-        index.cp.seed = settings.seed
+        rows = np.sort(rng.choice(n, size=min(n, settings.train_size), replace=False))
+        if settings.kind != "sq":
+            index.cp.seed = settings.seed
         index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
     train_seconds = time.perf_counter() - started
     for start in range(0, n, _ADD_BATCH):
@@ -193,14 +226,27 @@ def check_dimension(path: Path, expected_dim: int) -> None:
         )
 
 
-def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index:
-    index = faiss.read_index(str(path))
-    if expected_dim is not None and index.d != expected_dim:
+def is_binary_file(path: str | Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == _BINARY_FOURCC
+
+
+def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index | BinarySearch:
+    """A float index, or a binary one wrapped to take float queries (attach the float
+    vectors as `.vectors` before searching with `rescore`)."""
+    if is_binary_file(path):
+        index, expected = BinarySearch(faiss.read_index_binary(str(path))), expected_dim and padded_bits(expected_dim)
+    else:
+        index, expected = faiss.read_index(str(path)), expected_dim
+    if expected_dim is not None and index.d != expected:
         raise ValueError(f"index {path} has dimension {index.d}, but the vectors have {expected_dim}; delete it to rebuild")
     return index
 
 
-def set_query_params(index: faiss.Index, params: dict[str, int]) -> None:
+def set_query_params(index: faiss.Index | BinarySearch, params: dict[str, int]) -> None:
+    if isinstance(index, BinarySearch):
+        index.rescore = int(params.get("rescore") or 0)
+        return
     for name, value in params.items():
         faiss.ParameterSpace().set_index_parameter(index, {"ef_search": "efSearch"}.get(name, name), value)
 

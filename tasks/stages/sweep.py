@@ -2,8 +2,8 @@
 size, against exact search on the same vectors, and which setting to pick for a loss budget.
 
 Build-time parameters (IVF nlist and training sample, HNSW M and efConstruction, IVF-PQ nlist,
-m, nbits) each get one persisted index; query-time parameters (nprobe, efSearch) are swept on
-the loaded index without rebuilding. Per setting: neighbour recall@k against the flat top-k
+m, nbits, SQ type) each get one persisted index; query-time parameters (nprobe, efSearch, the
+binary index's float re-scoring depth) are swept on the loaded index without rebuilding. Per setting: neighbour recall@k against the flat top-k
 (tolerant of exact-score ties at the k-th place), the change in document-level Recall@k, MRR
 and nDCG@k after MaxP with a paired bootstrap interval, the relevant documents exact search
 found and the setting lost, build/train seconds, bytes, batched QPS and single-query latency
@@ -93,6 +93,15 @@ def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[IndexS
                                              f"{max(nlist, 2 ** nbits)} training vectors (have {train} of {n_vectors})")
                         grid.append((IndexSettings("ivfpq", nlist=nlist, m=m, nbits=nbits, train_size=train, seed=pq.seed),
                                      _probe_grid(pq.nprobe, nlist)))
+    if spec.sq is not None:
+        for qtype in spec.sq.qtype:
+            if qtype == "fp16":
+                grid.append((IndexSettings("sq", qtype="fp16"), [{}]))
+            else:
+                train = min(n_vectors, spec.sq.train_size or 100_000)
+                grid.append((IndexSettings("sq", qtype=qtype, train_size=train, seed=spec.sq.seed), [{}]))
+    if spec.binary is not None:
+        grid.append((IndexSettings("binary"), [{"rescore": r} for r in spec.binary.rescore]))
     unique: dict[IndexSettings, list[dict]] = {}
     for settings, queries in grid:
         unique.setdefault(settings, queries)
@@ -406,6 +415,8 @@ def run_sweep(
             "train_seconds": info.train_seconds,
             "index_bytes": info.size_bytes,
             "bytes_per_vector": info.size_bytes / max(info.vectors, 1),
+            # Re-scoring binary candidates needs the float vectors too (on disk or in memory).
+            "rescore_bytes_per_vector": 4 * doc_set.dim if params.get("rescore") else 0,
             **speed,
             "threads": all_threads,
             "built": info.computed,
@@ -431,6 +442,8 @@ def run_sweep(
     flat = FlatFile(flat_info.path)
     for info, (settings, query_grid) in zip(builds[1:], grid[1:]):
         index = load_index(info.path)
+        if settings.is_binary:
+            index.vectors = flat  # re-scoring reads the float vectors back from the flat index
         for params in query_grid:
             row, lost, _ = evaluate_setting(index, info, params, reference)
             rows.append(row)
@@ -445,6 +458,10 @@ def run_sweep(
     # 4. Tables, recommendation, plot.
     table = pl.DataFrame(rows).with_columns(
         relative_loss=relative_loss(pl.DataFrame(rows), spec.measure, "mean"))
+    if spec.project_vectors:
+        table = table.with_columns(projected_vectors=pl.lit(spec.project_vectors, dtype=pl.Int64),
+                                   projected_index_bytes=pl.col("bytes_per_vector") * spec.project_vectors,
+                                   projected_rescore_bytes=pl.col("rescore_bytes_per_vector") * spec.project_vectors)
     lost = pl.concat(lost_parts) if lost_parts else _empty_lost()
     directory = Path(output_dir) / "ann_sweep"
     table_path = write_parquet(table, directory / f"{provider}.parquet")

@@ -1,0 +1,92 @@
+"""Base all-MiniLM-L6-v2 vs the same model fine-tuned on dev-split hard negatives, on the shipped
+sample: nDCG@10 and Recall@10 on dev and on test with paired intervals, by language pair and
+category, training time and peak RSS.
+
+    python benchmarks/bench_finetune.py [--store-dir DIR] [--epochs 1] [--batch-size 16]
+
+Whole documents (title + text) are embedded and searched exactly; the base model's dev run is
+mined for hard negatives (tasks/analysis/hard_negatives.py), the model is fine-tuned once per
+inputs (tasks/stages/finetune.py; a rerun reuses the stored folder and reports the training
+time and peak RSS recorded when it was trained), and both models are scored on all queries.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tasks.analysis.finetune_verdict import finetune_verdict  # noqa: E402
+from tasks.analysis.hard_negatives import hard_negative_pairs  # noqa: E402
+from tasks.analysis.metrics import evaluate  # noqa: E402
+from tasks.providers import create_provider  # noqa: E402
+from tasks.stages.chunk import document_text  # noqa: E402
+from tasks.stages.dataset import load_dataset  # noqa: E402
+from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
+from tasks.stages.finetune import finetune_provider  # noqa: E402
+from tasks.stages.retrieve import search_documents  # noqa: E402
+
+MEASURES = ["ndcg@10", "recall@10"]
+
+
+def document_run(provider, name: str, dataset, store: Path, depth: int = 100) -> pl.DataFrame:
+    texts = [document_text(t, x) for t, x in dataset.corpus.select("title", "text").iter_rows()]
+    docs = embed_texts(provider, name, dataset.corpus["doc_id"].to_list(), texts, "document", store)
+    queries = embed_texts(provider, name, dataset.queries["query_id"].to_list(), dataset.queries["text"].to_list(), "query", store)
+    index = faiss.IndexFlatIP(docs.dim)
+    index.add(load_vectors(docs)[1])
+    hits = search_documents(index, load_vectors(queries)[1], np.arange(docs.count), depth)
+    return pl.DataFrame({
+        "query_id": dataset.queries["query_id"].gather(hits["query"]),
+        "doc_id": dataset.corpus["doc_id"].gather(hits["chunk"]),
+        "score": hits["score"],
+    }).with_columns(provider=pl.lit(name), index=pl.lit("flat"), nprobe=pl.lit(None, dtype=pl.Int64))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store-dir", type=Path, default=Path("/tmp/retbench-finetune-store"))
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+
+    dataset = load_dataset(ROOT / "data" / "sample", "jsonl", "all")
+    print("queries per split:", dict(dataset.queries.group_by("split").len().iter_rows()))
+    base = create_provider("sentence-transformers")
+    base_run = document_run(base, "minilm", dataset, args.store_dir)
+    pairs = hard_negative_pairs(base_run, dataset, "minilm")
+    print(f"mined {pairs.height} triples from {pairs['query_id'].n_unique()} dev queries")
+    options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size}
+    started = time.perf_counter()
+    tuned = finetune_provider(base, "minilm", pairs, dataset.queries, options, args.store_dir, progress=print)
+    print(f"fine-tune call: {time.perf_counter() - started:.1f} s ({'trained now' if tuned.computed else 'reused'})")
+    tuned_run = document_run(tuned.provider(options), "minilm-ft", dataset, args.store_dir)
+
+    per_query = pl.concat([
+        evaluate(run.drop("provider", "index", "nprobe"), dataset.qrels, MEASURES).per_query.with_columns(
+            provider=pl.lit(name), index=pl.lit("flat"), nprobe=pl.lit(None, dtype=pl.Int64))
+        for name, run in (("minilm", base_run), ("minilm-ft", tuned_run))
+    ], how="diagonal_relaxed")
+    verdict = finetune_verdict(per_query, dataset.queries, ("minilm", "flat", None), ("minilm-ft", "flat", None),
+                               dataset.qrels, dataset.corpus, resamples=args.resamples)
+    pl.Config.set_tbl_rows(200)
+    pl.Config.set_tbl_cols(20)
+    pl.Config.set_tbl_width_chars(200)
+    print(tuned.table())
+    print(verdict.filter(pl.col("slice_kind") == "all"))
+    print(verdict.filter(pl.col("slice_kind") != "all"))
+    print(f"training: {tuned.train_seconds:.1f} s, peak RSS of the training process {tuned.peak_rss_mb:.0f} MB; "
+          f"this process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

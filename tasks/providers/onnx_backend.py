@@ -1,0 +1,140 @@
+"""ONNX Runtime backend for a local sentence-transformers model (Transformer + Pooling
+[+ Normalize]): exported once from the model folder, fp32 or dynamically quantised int8, kept
+content-addressed in a cache folder (never next to the packaged weights), and run with the
+model's own tokenizer and pooling.
+
+sentence-transformers' own ONNX path (`backend="onnx"`, `export_dynamic_quantized_onnx_model`)
+needs optimum-onnx, which requires transformers < 4.58 while this environment has 5.x; so the
+export is torch.onnx's (dynamo exporter) and the quantisation onnxruntime's `quantize_dynamic`
+(QInt8 weights, as sentence-transformers' helper does for its avx2/avx512 configs).
+"""
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tasks.store.build import build_folder_once
+from tasks.store.files import file_sha256, stable_hash, write_json
+
+BACKENDS = ("torch", "onnx", "onnx-int8")
+_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("RETBENCH_ONNX_CACHE", Path.home() / ".cache" / "retbench" / "onnx"))
+
+
+class OnnxEncoder:
+    """`encode(texts)` -> pooled float32 vectors, as the sentence-transformers model computes them."""
+
+    def __init__(self, model_path: Path, backend: str, weights_hash: str, max_seq_length: int | None,
+                 cache_dir: Path | None = None, threads: int | None = None):
+        if backend not in BACKENDS[1:]:
+            raise ValueError(f"ONNX backend must be one of {BACKENDS[1:]} (got {backend!r})")
+        self.model_path, self.backend, self.weights_hash = Path(model_path), backend, weights_hash
+        self.max_seq_length, self.threads = max_seq_length, threads
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        modules = json.loads((self.model_path / "modules.json").read_text())
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
+            raise ValueError(f"{self.model_path}: the ONNX backend handles Transformer + Pooling (+ Normalize) models; "
+                             f"this one has {kinds}: use backend: torch")
+        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+        config = json.loads((self.model_path / pooling_dir / "config.json").read_text())
+        modes = [mode for key, mode in _POOLING.items() if config.get(key)]
+        other = [k for k, v in config.items() if k.startswith("pooling_mode") and v is True and k not in _POOLING]
+        if len(modes) != 1 or other:
+            raise ValueError(f"{self.model_path}: pooling {sorted(k for k, v in config.items() if v is True)} is not "
+                             "supported by the ONNX backend (mean or cls only): use backend: torch")
+        self.pooling, self.normalize = modes[0], "Normalize" in kinds
+
+    @cached_property
+    def folder(self) -> Path:
+        """The exported model's folder, made once per (weights, backend, exporter versions)."""
+        import onnxruntime
+        import torch
+
+        versions = {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+        key = stable_hash("onnx-export-v1", self.weights_hash, self.backend, versions)
+        folder = self.cache_dir / f"{self.model_path.name}-{self.backend}-{key[:16]}"
+
+        def build(tmp: Path) -> None:
+            tmp.mkdir(parents=True)
+            fp32 = tmp / "model.onnx" if self.backend == "onnx" else tmp / "fp32.onnx"
+            _export(self.model_path, fp32)
+            if self.backend == "onnx-int8":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                quantize_dynamic(str(fp32), str(tmp / "model.onnx"), weight_type=QuantType.QInt8)
+                fp32.unlink()
+            write_json(tmp / "export.json", {"weights_sha256": self.weights_hash, "backend": self.backend, **versions})
+
+        build_folder_once(self.cache_dir, folder, ("model.onnx", "export.json"), build)
+        return folder
+
+    @cached_property
+    def sha256(self) -> str:
+        return file_sha256(self.folder / "model.onnx")
+
+    @cached_property
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
+
+    @cached_property
+    def session(self):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        return onnxruntime.InferenceSession(str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        inputs = {i.name for i in self.session.get_inputs()}
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            encoded = self.tokenizer(texts[start : start + batch_size], padding=True, truncation=True,
+                                     max_length=self.max_seq_length, return_tensors="np")
+            feed = {name: np.asarray(encoded[name], dtype=np.int64) for name in inputs}
+            hidden = self.session.run(None, feed)[0]
+            if self.pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                mask = encoded["attention_mask"][:, :, None].astype(np.float32)
+                pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+            if self.normalize:
+                pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            parts.append(pooled.astype(np.float32))
+        return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+
+
+def _export(model_path: Path, target: Path) -> None:
+    """torch.onnx (dynamo) export of the Transformer module: token ids in, last hidden state out."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    model = AutoModel.from_pretrained(str(model_path), local_files_only=True, attn_implementation="eager").eval()
+    example = tokenizer(["an example sentence", "and a second, longer example sentence"], padding=True, return_tensors="pt")
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in example]
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            return self.inner(**{n: given[n] for n in names}).last_hidden_state
+
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    torch.onnx.export(LastHiddenState(model).eval(), tuple(example[n] for n in names), str(target), input_names=names,
+                      output_names=["last_hidden_state"], dynamic_shapes={n: {0: batch, 1: seq} for n in names},
+                      opset_version=18, dynamo=True, external_data=False)

@@ -1,0 +1,240 @@
+"""Fine-tune a local sentence-transformers model on dev-split hard negatives, once per inputs:
+the trained folder is content-addressed (base fingerprint + triples + hyperparameters).
+
+Triples come from tasks/analysis/hard_negatives.py (the dev split only); this stage checks
+again that no training query is a test-split query (by id, and by text), because a model tuned
+on its own test queries makes every later number on them meaningless. Training uses
+sentence-transformers' trainer with MultipleNegativesRankingLoss (the batch's other documents
+and the mined hard negative are the negatives), on CPU, seeded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from tasks.analysis.hard_negatives import HELD_OUT_SPLIT, TRAIN_SPLIT, TRIPLET_KEYS, HeldOutSplitError
+from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
+from tasks.providers.sentence_transformers import SentenceTransformersProvider
+from tasks.stages.embed import fingerprint_hash, full_fingerprint
+from tasks.store.build import StageResult, build_folder_once
+from tasks.store.files import stable_hash, write_json, write_parquet
+
+WEIGHTS_FILE = "model/model.safetensors"
+LOG_FILE = "training_log.parquet"
+# Checked on reuse (checksums); training.json is last: the folder's metadata.
+FOLDER_FILES = (WEIGHTS_FILE, LOG_FILE, TRAINING_RECORD)
+
+
+class FinetuneInputError(ValueError):
+    """The triples cannot train a model (too few, or not from the dev split)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetunedModel(StageResult):
+    """A trained model folder in the store: `path` is the folder (model/, training_log.parquet, training.json)."""
+
+    base: str  # the spec's provider it was trained from
+    triples: int
+    triples_sha256: str
+    hyperparameters: dict
+    train_seconds: float  # from the record: also when reused
+    peak_rss_mb: float  # of the process that trained it
+    final_loss: float | None
+    steps: int
+    log: list[dict] = field(default_factory=list)  # step, epoch, loss, seconds
+
+    def provider(self, options: FinetunedOptions | dict) -> FinetunedProvider:
+        """The `finetuned` provider serving this folder."""
+        values = options.model_dump() if isinstance(options, FinetunedOptions) else dict(options)
+        return FinetunedProvider(**{**values, "model": self.path})
+
+    def table(self) -> pl.DataFrame:
+        """One row: what a training table shows."""
+        return pl.DataFrame([{
+            "base": self.base, "key": self.key[:16], "triples": self.triples, **self.hyperparameters,
+            "steps": self.steps, "final_loss": self.final_loss, "train_seconds": self.train_seconds,
+            "peak_rss_mb": self.peak_rss_mb, "trained_now": self.computed,
+        }])
+
+
+def check_training_queries(pairs: pl.DataFrame, queries: pl.DataFrame) -> None:
+    """Every training query must be a dev-split query of the dataset, and no anchor may be the
+    text of a test-split query (the same question under another id is still the test set)."""
+    for column in ("query_id", "anchor"):
+        if column not in pairs.columns:
+            raise FinetuneInputError(f"training pairs: missing column {column!r} (expected hard_negative_pairs' output)")
+    split_of = dict(queries.select("query_id", "split").iter_rows())
+    unknown = sorted({q for q in pairs["query_id"].to_list() if q not in split_of})
+    if unknown:
+        raise FinetuneInputError(f"training pairs name queries not in the dataset: {unknown[:5]} ({len(unknown)} in all)")
+    held_out = sorted({q for q in pairs["query_id"].to_list() if split_of[q] != TRAIN_SPLIT})
+    if held_out:
+        raise HeldOutSplitError(f"{len(held_out)} training queries are not in the {TRAIN_SPLIT!r} split "
+                                f"(first: {held_out[0]!r}, split {split_of[held_out[0]]!r}): refusing to train; "
+                                f"the {HELD_OUT_SPLIT!r} split is held out")
+    test_texts = set(queries.filter(pl.col("split") != TRAIN_SPLIT)["text"].str.strip_chars().str.to_lowercase().to_list())
+    leaked = pairs.filter(pl.col("anchor").str.strip_chars().str.to_lowercase().is_in(list(test_texts)))
+    if leaked.height:
+        raise HeldOutSplitError(f"training query {leaked['query_id'][0]!r} has the text of a {HELD_OUT_SPLIT!r}-split "
+                                f"query ({leaked['anchor'][0]!r}): refusing to train on held-out queries")
+
+
+def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs: pl.DataFrame, queries: pl.DataFrame,
+                      options: FinetunedOptions | dict, store: Path, force: bool = False,
+                      progress: Callable[[str], None] | None = None, key_path: str = "options") -> FinetunedModel:
+    """Train (or find) the model for these inputs. `pairs`: hard_negative_pairs' output on the
+    dev split; `queries`: the dataset's queries with their split (to refuse held-out ones);
+    `key_path` names the spec entry in errors (e.g. providers[3].options)."""
+    options = options if isinstance(options, FinetunedOptions) else FinetunedOptions(**options)
+    say = progress or (lambda message: None)
+    if type(base) is not SentenceTransformersProvider:
+        raise FinetuneInputError(f"{key_path}.base: provider {base_name!r} (kind {base.kind!r}) cannot be fine-tuned; "
+                                 "expected a local sentence-transformers model")
+    check_training_queries(pairs, queries)
+    if pairs.height < options.min_triples:
+        raise FinetuneInputError(
+            f"{key_path}.min_triples: {pairs.height} hard-negative triples were mined from "
+            f"{pairs['query_id'].n_unique()} {TRAIN_SPLIT!r} queries, but at least {options.min_triples} are needed; "
+            f"add judged dev queries, raise {key_path}.max_per_query, or lower {key_path}.min_triples")
+    triples = [_prefixed(t, base) for t in pairs.select(TRIPLET_KEYS).to_dicts()]
+    base_fingerprint = full_fingerprint(base)
+    triples_sha256 = stable_hash("triples", triples)
+    hyperparameters = options.hyperparameters()
+    key = finetune_key(base_fingerprint, triples_sha256, hyperparameters)
+    folder = model_folder(store, key)
+    record: dict = {}
+
+    def build(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        log, seconds = _train(base.path, triples, options, tmp, say)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+        write_parquet(pl.DataFrame(log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
+                                                "seconds": pl.Float64}), tmp / LOG_FILE)
+        if not (tmp / WEIGHTS_FILE).is_file():
+            raise RuntimeError(f"training wrote no {WEIGHTS_FILE} (found {sorted(p.name for p in (tmp / 'model').iterdir())})")
+        write_json(tmp / TRAINING_RECORD, {
+            "base": base_name, "base_fingerprint_hash": fingerprint_hash(base_fingerprint), "base_fingerprint": base_fingerprint,
+            "triples": len(triples), "triples_sha256": triples_sha256, "train_queries": sorted(set(pairs["query_id"].to_list())),
+            "hyperparameters": hyperparameters, "train_seconds": seconds, "peak_rss_mb": peak,
+            "query_prefix": base.options.query_prefix, "document_prefix": base.options.document_prefix,
+            "dim": base.declared_dim(), "versions": _versions(),
+        })
+
+    built = build_folder_once(store, folder, FOLDER_FILES, build, force=force)
+    record = json.loads((folder / TRAINING_RECORD).read_text(encoding="utf-8"))
+    log = pl.read_parquet(folder / LOG_FILE).to_dicts()
+    say(f"fine-tune of {base_name}: {'trained' if built.computed else 'reused'} {folder.name} "
+        f"({record['triples']} triples, {record['train_seconds']:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
+    return FinetunedModel(
+        path=str(folder), key=key, computed=built.computed, seconds=built.seconds, base=base_name,
+        triples=record["triples"], triples_sha256=record["triples_sha256"], hyperparameters=record["hyperparameters"],
+        train_seconds=record["train_seconds"], peak_rss_mb=record["peak_rss_mb"],
+        final_loss=log[-1]["loss"] if log else None, steps=len(log), log=log,
+    )
+
+
+def finetune_key(base_fingerprint: dict, triples_sha256: str, hyperparameters: dict) -> str:
+    """What the trained weights depend on: the base model, the training triples, the hyperparameters."""
+    return stable_hash("finetune-v1", base_fingerprint, triples_sha256, hyperparameters)
+
+
+def model_folder(store: Path, key: str) -> Path:
+    return Path(store) / "models" / f"finetuned-{key[:24]}"
+
+
+def _prefixed(triple: dict, base: SentenceTransformersProvider) -> dict:
+    """Train on the texts the model will encode: the base's query and document prefixes."""
+    o = base.options
+    return {"anchor": o.query_prefix + triple["anchor"], "positive": o.document_prefix + triple["positive"],
+            "negative": o.document_prefix + triple["negative"]}
+
+
+def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out: Path,
+           say: Callable[[str], None]) -> tuple[list[dict], float]:
+    """Train on CPU and save to out/model; (loss per logged step, seconds)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    try:
+        from datasets import Dataset as HFDataset
+        import accelerate  # noqa: F401  (the trainer needs it; say so before loading the model)
+    except ImportError as error:
+        raise RuntimeError(f"fine-tuning needs the Python package {error.name!r}: pip install datasets accelerate "
+                           "(keeping torch==2.13.0), then rerun") from error
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers >= 6 moved these; the old paths still work but warn
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.sentence_transformer.trainer import SentenceTransformerTrainer
+        from sentence_transformers.sentence_transformer.training_args import (
+            BatchSamplers, SentenceTransformerTrainingArguments,
+        )
+    except ImportError:
+        from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.training_args import BatchSamplers
+    from transformers import TrainerCallback
+
+    started = time.perf_counter()
+    torch.manual_seed(options.seed)
+    model = SentenceTransformer(str(base_path), device="cpu", local_files_only=True)
+    if options.max_seq_length:
+        model.max_seq_length = options.max_seq_length
+    data = HFDataset.from_dict({k: [t[k] for t in triples] for k in TRIPLET_KEYS})
+    log: list[dict] = []
+
+    class LossLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                log.append({"step": state.global_step, "epoch": float(state.epoch or 0), "loss": float(logs["loss"]),
+                            "seconds": time.perf_counter() - started})
+                say(f"fine-tune step {state.global_step}/{state.max_steps}: loss {logs['loss']:.4f}")
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out / "checkpoints"), num_train_epochs=options.epochs, per_device_train_batch_size=options.batch_size,
+        learning_rate=options.lr, warmup_ratio=options.warmup_ratio, seed=options.seed, data_seed=options.seed,
+        # No duplicate texts in a batch: MNRL would otherwise count a copy of the positive as a negative.
+        batch_sampler=BatchSamplers.NO_DUPLICATES, logging_steps=1, save_strategy="no", report_to="none",
+        use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
+                                         loss=MultipleNegativesRankingLoss(model), callbacks=[LossLog()])
+    trainer.train()
+    model.save(str(out / "model"))
+    import shutil
+
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return log, time.perf_counter() - started
+
+
+def _versions() -> dict:
+    import sentence_transformers
+    import torch
+    import transformers
+
+    return {"sentence_transformers": sentence_transformers.__version__, "transformers": transformers.__version__,
+            "torch": torch.__version__}
+
+
+def write_training_tables(models: list[FinetunedModel], output_dir: Path) -> dict[str, str]:
+    """`finetune_training.parquet`/`.csv` (one row per fine-tuned model: triples,
+    hyperparameters, steps, final loss, seconds, peak RSS) and `finetune_loss.parquet` (the loss
+    at every logged step, per model)."""
+    output_dir = Path(output_dir)
+    table = pl.concat([m.table() for m in models], how="diagonal_relaxed")
+    losses = pl.concat([pl.DataFrame(m.log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
+                                                    "seconds": pl.Float64}).with_columns(base=pl.lit(m.base), key=pl.lit(m.key[:16]))
+                        for m in models], how="diagonal_relaxed")
+    from tasks.store.files import write_text
+
+    return {
+        "finetune_training": str(write_parquet(table, output_dir / "finetune_training.parquet")),
+        "finetune_training_csv": str(write_text(output_dir / "finetune_training.csv", table.write_csv())),
+        "finetune_loss": str(write_parquet(losses, output_dir / "finetune_loss.parquet")),
+    }

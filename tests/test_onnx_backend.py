@@ -1,0 +1,38 @@
+"""The ONNX backend of the sentence-transformers provider: same vectors as torch (to float
+precision), its own fingerprint, one export per model kept in a cache folder outside the package."""
+import numpy as np
+import pytest
+
+from tasks.config.spec import SpecError, load_spec
+from tasks.providers import create_provider
+from tasks.stages.vectors import l2_normalized
+
+TEXTS = ["How do I rotate an API key?", "refund", "Webhook retries use exponential backoff with jitter, up to 10 times."]
+
+
+@pytest.mark.slow
+def test_onnx_matches_torch_and_has_its_own_fingerprint(tmp_path):
+    torch_provider = create_provider("sentence-transformers")
+    onnx_provider = create_provider("sentence-transformers", {"backend": "onnx", "onnx_cache": str(tmp_path)})
+    expected = l2_normalized(torch_provider.encode(TEXTS, "document"))
+    got = l2_normalized(onnx_provider.encode(TEXTS, "document"))
+    assert got.shape == (3, 384)
+    np.testing.assert_allclose(got, expected, atol=1e-4)  # the same model, another engine
+    fingerprint = onnx_provider.fingerprint()
+    assert fingerprint["backend"] == "onnx" and len(fingerprint["onnx_sha256"]) == 64
+    assert "backend" not in torch_provider.fingerprint()  # torch caches made before backends stay valid
+    assert {k: v for k, v in fingerprint.items() if k not in ("backend", "onnx_sha256")} == torch_provider.fingerprint()
+    assert onnx_provider.token_counts(TEXTS, "query") == torch_provider.token_counts(TEXTS, "query")
+    exports = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    assert len(exports) == 1 and "-onnx-" in exports[0]  # one export, named by model, backend and key
+    model_file = next(tmp_path.glob("*/model.onnx"))
+    mtime = model_file.stat().st_mtime_ns
+    again = create_provider("sentence-transformers", {"backend": "onnx", "onnx_cache": str(tmp_path)})
+    assert again.fingerprint()["onnx_sha256"] == fingerprint["onnx_sha256"] and model_file.stat().st_mtime_ns == mtime
+
+
+def test_unknown_backend_is_refused_at_spec_load(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\ndataset: {path: data}\nproviders: [{name: m, kind: sentence-transformers, options: {backend: tensorrt}}]\n")
+    with pytest.raises(SpecError, match=r"providers\[0\]\.options\.backend: Input should be 'torch', 'onnx' or 'onnx-int8'"):
+        load_spec(path)

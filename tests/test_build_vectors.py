@@ -4,7 +4,7 @@ import faiss
 import numpy as np
 import pytest
 
-from tasks.stages.ann_index import AnnSettings
+from tasks.stages.index import IndexSettings as AnnSettings
 from tasks.stages.build_vectors import CachedVectors
 from tasks.stages.embed import read_vectors
 from tasks.stages.index import build_faiss_index

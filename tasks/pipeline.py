@@ -469,6 +469,12 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
         tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec, [b.result() for b in buried],
                                 pairs).result()
         tables |= ledger_tables(spec, dataset, embeddings, built, latency_paths)
+        if system_runs:
+            from tasks.analysis.system_ledger import systems_tables
+
+            read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
+            tables |= report.write_tables(Path(spec.output_dir), systems_tables(
+                system_runs, {r.name: r for r in spec.rerankers}, read("latency"), read("cost")))
     if filtered_ann:
         tables |= report.write_tables(Path(spec.output_dir), {
             "filtered_ann": pl.concat([pl.read_parquet(f.result()) for f in filtered_ann])})
@@ -487,6 +493,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             "query_variants": [v.name for v in spec.queries.variants],
             "settings": [s.label for s in mine],
         }
+    if not reaches("score"):
+        _keep_tables_of_the_last_full_run(manifest, Path(spec.output_dir))
     report.write_manifest(spec.output_dir, manifest)
     if reaches("score"):
         published = runner.submit("report", report_stage, spec, run_id).result()
@@ -498,6 +506,27 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     log.info(f"stage {selection.stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
              f"output in {spec.output_dir}")
     return PipelineResult(output_dir=str(spec.output_dir), manifest=manifest, embeddings=all_embeddings, tables=tables)
+
+
+def _keep_tables_of_the_last_full_run(manifest: dict, output_dir: Path) -> None:
+    """A partial run (`--stage embed`) writes no table, but the output folder still holds the last
+    full run's tables and report: its manifest keeps listing them, and says whose they are, so
+    the folder never contradicts itself."""
+    import json
+
+    previous_path = output_dir / "manifest.json"
+    try:
+        previous = json.loads(previous_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = None
+    if previous and previous.get("tables"):
+        full = previous.get("tables_from") or {"finished_at": previous["run"]["finished_at"], "stage": previous["run"]["stage"]}
+        manifest["tables"] = previous["tables"]
+        manifest["tables_from"] = full
+        manifest["run"]["note"] = (f"partial run up to stage {manifest['run']['stage']}: the tables and report in this folder "
+                                   f"are those of the full run finished at {full['finished_at']}")
+    else:
+        manifest["run"]["note"] = f"partial run up to stage {manifest['run']['stage']}: no tables written"
 
 
 def _systems(spec, selection, runner, runs, chunks, dataset) -> list:

@@ -70,7 +70,11 @@ def test_forced_single_stage_runs_only_that_stage_for_that_provider(history):
     assert embed_only["run"]["stage"] == "embed"
     assert {e["provider"] for e in embed_only["embedding"]} == {"swapped"}
     assert sum(e["embedded"] for e in embed_only["embedding"]) == sum(e["embedded"] for e in swapped["embedding"])
-    assert embed_only["indexes"] == [] and embed_only["retrieval"] == [] and embed_only["tables"] == {}
+    assert embed_only["indexes"] == [] and embed_only["retrieval"] == []
+    # The folder keeps the last full run's tables and report; the manifest lists them and says whose they are.
+    assert embed_only["tables"] == swapped["tables"]
+    assert embed_only["tables_from"]["finished_at"] == swapped["run"]["finished_at"]
+    assert "partial run up to stage embed" in embed_only["run"]["note"]
 
 
 def test_editing_one_paragraph_reembeds_only_that_chunk(tmp_path, prefect_harness):

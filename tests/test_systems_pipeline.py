@@ -91,3 +91,19 @@ def test_an_unknown_first_stage_is_refused_at_load_with_its_key_path(tmp_path):
                     .replace("first: hashing/flat, rerank", "first: hashing/flatt, rerank"))
     with pytest.raises(SpecError, match=r"systems\[2\]\.first: unknown first stage 'hashing/flatt' \(known: bm25:bm25, hashing/flat\)"):
         load_spec(path)
+
+
+def test_systems_table_gives_added_latency_and_the_rerank_cost_ledger(runs):
+    base, first, _ = runs
+    systems = pl.read_parquet(base / "out" / "systems.parquet")
+    assert set(systems["system"]) == {"bm25", "hybrid", "tuned", "reranked"}
+    reranked = systems.filter(pl.col("system") == "reranked").row(0, named=True)
+    assert reranked["first"] == "hashing/flat" and reranked["reranker"] == "rescore" and reranked["top_n"] == 20
+    assert reranked["added_p95_ms"] >= reranked["added_p50_ms"] > 0
+    tuned = systems.filter(pl.col("system") == "tuned").row(0, named=True)
+    assert tuned["alpha"] in (0.0, 0.5, 1.0) and tuned["second"] == "hashing/flat"
+    ledger = pl.read_parquet(base / "out" / "rerank_cost.parquet")
+    pairs = [s for s in first.manifest["systems"] if s["kind"] == "rerank"][0]["facts"]["pairs"]
+    # At most the top 20 of each of 110 queries (filtered queries may have fewer documents).
+    assert ledger.row(0, named=True)["pairs"] == pairs and 0 < pairs <= 20 * 110
+    assert ledger["usd_run"].is_null().all()  # no price given

@@ -69,7 +69,7 @@ def bm25_stage(lexical, chunks, dataset, store: str, depth: int, force: bool) ->
              f"{index.vocabulary} terms); run {'computed' if run.computed else 'reused'}")
     return SystemRun(path=run.path, key=run.key, computed=run.computed or index.computed, seconds=index.seconds + run.seconds,
                      system=lexical.name, kind="bm25", index="bm25",
-                     facts={"search_seconds": run.search_seconds, "empty_queries": run.empty_queries,
+                     facts={"search_seconds": run.search_seconds, "empty_queries": run.empty_queries, "queries": run.queries,
                             "vocabulary": index.vocabulary, "index_path": index.path})
 
 

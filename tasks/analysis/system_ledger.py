@@ -1,0 +1,71 @@
+"""Latency and cost of retrieval systems (BM25, hybrids, reranked stages) per query: the table
+`systems`, and the rerank cost ledger `rerank_cost`.
+
+A system's added latency per query is what its own step adds (the rerank calls of that query,
+the BM25 search); the first stage's query-embedding latency comes from the latency profile at
+batch size 1 when one was measured. Percentiles of parts do not add up exactly, so the total is
+labelled an upper bound (p95 of a sum <= sum of p95s)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import polars as pl
+
+from tasks.analysis.rerank_cost import rerank_cost_row, rerank_cost_table
+
+SYSTEMS_SCHEMA = {
+    "system": pl.String, "kind": pl.String, "index": pl.String, "first": pl.String, "second": pl.String,
+    "reranker": pl.String, "top_n": pl.Int64, "alpha": pl.Float64,
+    "first_stage_p50_ms": pl.Float64, "first_stage_p95_ms": pl.Float64,
+    "added_p50_ms": pl.Float64, "added_p95_ms": pl.Float64, "total_p95_ms_upper_bound": pl.Float64,
+    "usd_per_1000_queries": pl.Float64,
+}
+
+
+def _name(setting) -> str | None:
+    if not setting:
+        return None
+    provider, index, nprobe = setting
+    return f"{provider}/{index}" + ("" if nprobe is None else f"@{nprobe}")
+
+
+def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | None,
+                   cost: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
+    """`systems` (one row per system) and, when a reranker ran, `rerank_cost`."""
+    embed_ms = {}
+    if latency is not None and latency.height:
+        single = latency.filter((pl.col("batch_size") == 1) & (pl.col("concurrency") == 1))
+        embed_ms = {row["provider"]: (row["p50_ms"], row["p95_ms"]) for row in single.iter_rows(named=True)}
+    query_usd = {}
+    if cost is not None and cost.height and "usd_per_1000_queries" in cost.columns:
+        query_usd = dict(cost.select("provider", "usd_per_1000_queries").iter_rows())
+    rows, rerank_rows = [], []
+    for s in system_runs:
+        facts = s.facts or {}
+        first_provider = s.first[0] if s.first else None
+        p50, p95 = embed_ms.get(first_provider, (None, None))
+        added50 = added95 = None
+        usd = query_usd.get(first_provider)
+        if s.kind == "rerank":
+            added50, added95 = facts["latency"]["p50"] * 1000, facts["latency"]["p95"] * 1000
+            spec = rerankers[facts["reranker"]]
+            row = rerank_cost_row(SimpleNamespace(system=s.system, queries=facts["latency"]["queries"], **{
+                k: facts[k] for k in ("reranker", "pairs", "search_units", "tokens", "token_source", "scored", "from_cache")}),
+                facts["kind"], spec.pricing)
+            rerank_rows.append(row)
+            if row["usd_per_1000_queries"] is not None:
+                usd = (usd or 0.0) + row["usd_per_1000_queries"]
+        elif s.kind == "bm25" and facts.get("search_seconds"):
+            queries = max(1, facts.get("queries", 0) or 1)
+            added50 = added95 = facts["search_seconds"] / queries * 1000  # a mean: the search is batched
+            usd = 0.0
+        total = None if p95 is None and added95 is None else (p95 or 0.0) + (added95 or 0.0)
+        rows.append({"system": s.system, "kind": s.kind, "index": s.index, "first": _name(s.first),
+                     "second": _name(s.second), "reranker": facts.get("reranker"), "top_n": facts.get("top_n"),
+                     "alpha": facts.get("alpha"), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
+                     "added_p50_ms": added50, "added_p95_ms": added95, "total_p95_ms_upper_bound": total,
+                     "usd_per_1000_queries": usd})
+    tables = {"systems": pl.DataFrame(rows, schema=SYSTEMS_SCHEMA)}
+    if rerank_rows:
+        tables["rerank_cost"] = rerank_cost_table(rerank_rows)
+    return tables

@@ -24,7 +24,7 @@ def padded_bits(dim: int) -> int:
 
 def build_binary_index(vectors: np.ndarray, batch: int = 65_536) -> faiss.IndexBinaryFlat:
     index = faiss.IndexBinaryFlat(padded_bits(vectors.shape[1]))
-    for start in range(0, len(vectors), batch):
+    for start in range(0, vectors.shape[0], batch):  # shape, not len: a row source has no len
         index.add(np.ascontiguousarray(sign_codes(vectors[start : start + batch])))
     return index
 

@@ -95,6 +95,9 @@ def hybrid_stage(system, first: tuple, second: tuple, first_path: str, second_pa
             facts = {"alpha": fusion.alpha, "chosen_on": "spec"}
         else:
             saved = load_saved_dataset(dataset.path)
+            if not (saved.queries["split"] == "dev").any():
+                raise ValueError(f"system {system.name!r}: fusion.alpha is null, so it is chosen on the dev split, but this "
+                                 "dataset has no dev query; set fusion.alpha, use fusion.method: rrf, or a dataset with dev queries")
             choice = choose_alpha(a, b, saved.qrels, saved.queries, alphas=fusion.alphas, measure=fusion.measure,
                                   normalization=fusion.normalization, name=system.name, depth=cut)
             run, facts = choice.run, choice.manifest()

@@ -7,6 +7,7 @@ stages cache by content themselves, so Prefect must not hash or persist their in
 """
 from __future__ import annotations
 
+import logging
 import uuid
 
 import polars as pl
@@ -55,6 +56,9 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
               stage: str = "score", providers: list[str] | None = None, force: bool = False,
               remeasure: bool = False) -> str:
     """Run the benchmark described by the spec file up to `stage`; returns the output directory."""
+    # The stages log progress and the summary at INFO on the "retbench" logger, which Prefect
+    # shows as this run's logs (PREFECT_LOGGING_EXTRA_LOGGERS); its default level would hide them.
+    logging.getLogger("retbench").setLevel(logging.INFO)
     spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     selection = Selection(stage=stage, providers=tuple(providers or ()), force=force, remeasure=remeasure)
     result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(),

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import email.utils
 import logging
-import math
 import queue
 import random
 import threading

@@ -112,7 +112,7 @@ def test_history_command_outside_a_git_repository_and_an_unrecorded_measure(tmp_
 
     _record_runs_without_git(tmp_path / "store", [None, None, "0123456789abcdef"])
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=8, low=3, high=5, out=tmp_path / "out", store=tmp_path / "store"))
+    spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=16, low=3, high=5, out=tmp_path / "out", store=tmp_path / "store"))
     assert main(["history", str(spec)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "ndcg@10 of spec 'guarded', one row per run (oldest first)"

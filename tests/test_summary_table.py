@@ -27,7 +27,7 @@ def test_report_lists_the_queries_left_unscored(tmp_path):
     from tasks.reporting.html import build_report
 
     summary = pl.DataFrame({"provider": ["p"], "index": ["flat"], "nprobe": pl.Series([None], dtype=pl.Int64),
-                            "measure": ["mrr"], "value": [0.5], "queries": [2]})
+                            "measure": ["ndcg@10"], "value": [0.5], "queries": [2]})
     summary.write_parquet(tmp_path / "summary.parquet")
     (tmp_path / "manifest.json").write_text(json.dumps({"dataset": {"unjudged_queries": ["q3", "q-7"]}}))
     _, markdown = build_report(tmp_path, "t")

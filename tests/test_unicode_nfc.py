@@ -48,7 +48,7 @@ def test_nfc_and_nfd_spellings_load_as_the_same_text(tmp_path):
     docs_nfd, queries_nfd, scores_nfd = scores(from_nfd, store)
     assert (docs_nfc.embedded, queries_nfc.embedded) == (3, 2)
     assert (docs_nfd.embedded, docs_nfd.from_cache, queries_nfd.embedded, queries_nfd.from_cache) == (0, 3, 0, 2)
-    assert docs_nfd.set_key == docs_nfc.set_key and queries_nfd.set_key == queries_nfc.set_key
+    assert docs_nfd.key == docs_nfc.key and queries_nfd.key == queries_nfc.key
     np.testing.assert_array_equal(scores_nfd, scores_nfc)
 
 

@@ -10,30 +10,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from tasks.providers.base import Provider, Role
-
-_REGISTRY: dict[str, type[Provider]] = {}
-
-
-def register(kind: str):
-    def decorator(cls: type[Provider]):
-        if kind in _REGISTRY:
-            raise ValueError(f"provider kind {kind!r} is registered twice")
-        _REGISTRY[kind] = cls
-        return cls
-
-    return decorator
+from tasks.registry import Registry
 
 
-def known_kinds() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
+def _load_builtin() -> None:
+    # Importing registers them; done lazily so `import tasks.providers` stays cheap.
+    from tasks.providers import e5_multilingual, finetuned, hashing, sentence_transformers  # noqa: F401
+    from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 
-def provider_class(kind: str) -> type[Provider]:
-    _load_builtin()
-    if kind not in _REGISTRY:
-        raise ValueError(f"unknown provider kind {kind!r} (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[kind]
+_REGISTRY: Registry[type[Provider]] = Registry("provider", _load_builtin)
+register = _REGISTRY.register
+known_kinds = _REGISTRY.kinds
+provider_class = _REGISTRY.get
 
 
 def options_model(kind: str) -> type[BaseModel]:
@@ -50,12 +39,6 @@ def create_provider(kind: str, options: dict[str, Any] | None = None, dimensions
     from tasks.providers.truncated import with_dimensions
 
     return with_dimensions(provider, dimensions)
-
-
-def _load_builtin() -> None:
-    # Importing registers them; done lazily so `import tasks.providers` stays cheap.
-    from tasks.providers import e5_multilingual, finetuned, hashing, sentence_transformers  # noqa: F401
-    from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
 
 
 __all__ = ["Provider", "Role", "register", "create_provider", "known_kinds", "options_model", "provider_class"]

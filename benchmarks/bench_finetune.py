@@ -2,7 +2,8 @@
 sample: nDCG@10 and Recall@10 on dev and on test with paired intervals, by language pair and
 category, training time and peak RSS.
 
-    python benchmarks/bench_finetune.py [--store-dir DIR] [--epochs 1] [--batch-size 16]
+    python benchmarks/bench_finetune.py [--store-dir DIR] [--epochs 1] [--batch-size 16] [--max-seq-length N]
+        [--max-per-query N] [--lr X] [--threads N]
 
 Whole documents (title + text) are embedded and searched exactly; the base model's dev run is
 mined for hard negatives (tasks/analysis/hard_negatives.py), the model is fine-tuned once per
@@ -12,6 +13,7 @@ time and peak RSS recorded when it was trained), and both models are scored on a
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -28,6 +30,7 @@ from tasks.analysis.finetune_verdict import finetune_verdict  # noqa: E402
 from tasks.analysis.hard_negatives import hard_negative_pairs  # noqa: E402
 from tasks.analysis.metrics import evaluate  # noqa: E402
 from tasks.providers import create_provider  # noqa: E402
+from tasks.providers.finetuned import FinetunedOptions  # noqa: E402
 from tasks.stages.chunk import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
@@ -57,15 +60,25 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--max-seq-length", type=int, default=None, help="default: the provider's")
+    parser.add_argument("--max-per-query", type=int, default=None, help="hard negatives per dev query; default: the provider's")
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     args = parser.parse_args()
 
     dataset = load_dataset(ROOT / "data" / "sample", "jsonl", "all")
     print("queries per split:", dict(dataset.queries.group_by("split").len().iter_rows()))
     base = create_provider("sentence-transformers")
     base_run = document_run(base, "minilm", dataset, args.store_dir)
-    pairs = hard_negative_pairs(base_run, dataset, "minilm")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    tuning = {k: v for k, v in (("max_seq_length", args.max_seq_length), ("max_per_query", args.max_per_query),
+                                ("lr", args.lr)) if v is not None}
+    pairs = hard_negative_pairs(base_run, dataset, "minilm", max_per_query=FinetunedOptions(base="minilm", **tuning).max_per_query)
     print(f"mined {pairs.height} triples from {pairs['query_id'].n_unique()} dev queries")
-    options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size}
+    options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size, **tuning}
     started = time.perf_counter()
     tuned = finetune_provider(base, "minilm", pairs, dataset.queries, options, args.store_dir, progress=print)
     print(f"fine-tune call: {time.perf_counter() - started:.1f} s ({'trained now' if tuned.computed else 'reused'})")
@@ -84,6 +97,7 @@ def main() -> None:
     print(tuned.table())
     print(verdict.filter(pl.col("slice_kind") == "all"))
     print(verdict.filter(pl.col("slice_kind") != "all"))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch threads {__import__('torch').get_num_threads()}")
     print(f"training: {tuned.train_seconds:.1f} s, peak RSS of the training process {tuned.peak_rss_mb:.0f} MB; "
           f"this process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 

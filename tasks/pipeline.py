@@ -166,6 +166,37 @@ def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprob
     return [replace(run, provider=setting) for run in runs] if setting else runs
 
 
+def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, filters, force: bool,
+                   make_provider: Callable = default_provider):
+    """Train a `kind: finetuned` provider on hard negatives mined from its base's exact-search dev
+    run. The base's embed, index and retrieve are this pipeline's own cached calls, so the later
+    stages find them in the store (tasks/stages/finetune_step.py)."""
+    from tasks.stages.dataset import load_saved_dataset
+    from tasks.stages.finetune_step import enough_dev_queries, train_from_run
+    from tasks.stages.index import IndexSettings
+
+    position = next(i for i, p in enumerate(spec.providers) if p.name == tuned.name)
+    saved = load_saved_dataset(dataset.path)
+    enough_dev_queries(spec, saved.queries, saved.qrels, f"dataset {spec.dataset.path}")  # before the base is run
+    base = next(p for p in spec.providers if p.name == tuned.options["base"])
+    store = str(spec.store_dir)
+    doc_set = embed_stage(base, chunks.path, "chunk_id", "document", store, False, make_provider, set_label=base.name)
+    query_set = embed_stage(base, dataset.queries_path, "query_id", "query", store, False, make_provider,
+                            set_label=base.name)
+    built = index_stage(doc_set, IndexSettings("flat"), spec, False)
+    run = retrieve_stage(built, doc_set, query_set, chunks, spec, (), False, setting=base.name, filters=filters)[0]
+    return train_from_run(tuned, make_provider(base), run.path, dataset.path, store, force, log.info,
+                          key_path=f"providers[{position}].options")
+
+
+def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str, dataset) -> dict[str, str]:
+    """Training tables and the base-vs-fine-tuned verdict (dev and test, by slice)."""
+    from tasks.stages.finetune_step import finetune_tables
+
+    bases = {name: next(p for p in spec.providers if p.name == name).options["base"] for name in models}
+    return finetune_tables(models, bases, per_query_path, dataset.path, spec.statistics, Path(spec.output_dir))
+
+
 def latency_stage(provider: ProviderSpec, chunks_path: str, spec: BenchmarkSpec, remeasure: bool,
                   make_provider: Callable = default_provider) -> str:
     from tasks.stages.embed import fingerprint_hash, full_fingerprint
@@ -399,6 +430,12 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     # A partial run touches only the named providers; a full run scores them all, the
     # untouched ones straight from the cache.
     active = spec.providers if selection.stage == "score" else [p for p in spec.providers if p.name in targeted]
+    # Fine-tuned providers are trained first; their entries then name the trained folder.
+    tuned = {p.name: runner.submit("finetune", finetune_stage, p, spec, dataset, chunks, filters, forced("finetune", p.name),
+                                   make_provider, label=f"finetune-{p.name}").result()
+             for p in active if p.kind == "finetuned" and reaches("finetune")}
+    active = [p.model_copy(update={"options": {**p.options, "model": tuned[p.name].path}}) if p.name in tuned else p
+              for p in active]
     if not reaches("embed"):
         active = []
     mine = [s for s in settings if s.provider in {p.name for p in active}]
@@ -475,6 +512,9 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
             tables |= report.write_tables(Path(spec.output_dir), systems_tables(
                 system_runs, {r.name: r for r in spec.rerankers}, read("latency"), read("cost")))
+        if tuned:
+            tables |= runner.submit("score", finetune_tables_stage, tuned, spec, tables["per_query"], dataset,
+                                    label="finetune-verdict").result()
     if filtered_ann:
         tables |= report.write_tables(Path(spec.output_dir), {
             "filtered_ann": pl.concat([pl.read_parquet(f.result()) for f in filtered_ann])})
@@ -493,6 +533,11 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             "query_variants": [v.name for v in spec.queries.variants],
             "settings": [s.label for s in mine],
         }
+    if tuned:
+        manifest["finetuned"] = {name: {"base": m.base, "folder": m.path, "key": m.key, "triples": m.triples,
+                                        "hyperparameters": m.hyperparameters, "train_seconds": m.train_seconds,
+                                        "peak_rss_mb": m.peak_rss_mb, "trained_now": m.computed}
+                                 for name, m in tuned.items()}
     if not reaches("score"):
         _keep_tables_of_the_last_full_run(manifest, Path(spec.output_dir))
     report.write_manifest(spec.output_dir, manifest)

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from tasks.reporting import figures
+from tasks.reporting.finetune_section import finetune_section
 from tasks.reporting.verdict import (SETTING, Verdict, decide, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
 from tasks.store.files import write_text
@@ -471,7 +472,8 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
                 regressions_section(regressions), failures_section(output_dir, verdict, texts), unjudged_section(output_dir),
                 slices_section(output_dir, verdict), ann_section(output_dir, measure), tables_section(output_dir),
-                trend_section(trend, measure), *variant_sections(output_dir, measure)]
+                trend_section(trend, measure), *variant_sections(output_dir, measure),
+                finetune_section(output_dir, measure, Section, _p, _table)]
     sections = [s for s in sections if s is not None]
     meta = _meta(output_dir)
     html_path = write_text(output_dir / "report.html", render_html(title, meta, sections))

@@ -22,6 +22,7 @@ import polars as pl
 from tasks.analysis.hard_negatives import HELD_OUT_SPLIT, TRAIN_SPLIT, TRIPLET_KEYS, HeldOutSplitError
 from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
+from tasks.stages.dataset import DatasetError
 from tasks.stages.embed import fingerprint_hash, full_fingerprint
 from tasks.store.build import StageResult, build_folder_once
 from tasks.store.files import stable_hash, write_json, write_parquet
@@ -32,8 +33,9 @@ LOG_FILE = "training_log.parquet"
 FOLDER_FILES = (WEIGHTS_FILE, LOG_FILE, TRAINING_RECORD)
 
 
-class FinetuneInputError(ValueError):
-    """The triples cannot train a model (too few, or not from the dev split)."""
+class FinetuneInputError(DatasetError):
+    """The triples cannot train a model (too few, or not from the dev split): a problem of the
+    data the spec points at, reported like any other (one `retbench: ...` line)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,15 +224,18 @@ def _versions() -> dict:
             "torch": torch.__version__}
 
 
-def write_training_tables(models: list[FinetunedModel], output_dir: Path) -> dict[str, str]:
+def write_training_tables(models: list[FinetunedModel] | dict[str, FinetunedModel], output_dir: Path) -> dict[str, str]:
     """`finetune_training.parquet`/`.csv` (one row per fine-tuned model: triples,
     hyperparameters, steps, final loss, seconds, peak RSS) and `finetune_loss.parquet` (the loss
     at every logged step, per model)."""
     output_dir = Path(output_dir)
-    table = pl.concat([m.table() for m in models], how="diagonal_relaxed")
-    losses = pl.concat([pl.DataFrame(m.log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
-                                                    "seconds": pl.Float64}).with_columns(base=pl.lit(m.base), key=pl.lit(m.key[:16]))
-                        for m in models], how="diagonal_relaxed")
+    # A dict names each model's provider (the pipeline's case): a `provider` column leads both tables.
+    named = list(models.items()) if isinstance(models, dict) else [(None, m) for m in models]
+    lead = lambda frame, name: frame if name is None else frame.select(pl.lit(name).alias("provider"), pl.all())  # noqa: E731
+    table = pl.concat([lead(m.table(), name) for name, m in named], how="diagonal_relaxed")
+    losses = pl.concat([lead(pl.DataFrame(m.log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
+                                                         "seconds": pl.Float64}).with_columns(base=pl.lit(m.base), key=pl.lit(m.key[:16])), name)
+                        for name, m in named], how="diagonal_relaxed")
     from tasks.store.files import write_text
 
     return {

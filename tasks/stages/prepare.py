@@ -63,7 +63,8 @@ _DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset
 def check_inputs(spec: BenchmarkSpec) -> None:
     """What can be checked in milliseconds before any work (and before Prefect starts):
     the dataset and qrels paths exist, and the output and store directories are folders
-    this process can write. Raises DatasetError or StoreError naming the spec key."""
+    this process can write; a spec that fine-tunes needs enough judged dev queries. Raises
+    DatasetError or StoreError naming the spec key."""
     from tasks.stages.dataset import DatasetError
     from tasks.store.integrity import StoreError
     from tasks.store.remote import is_remote
@@ -87,6 +88,9 @@ def check_inputs(spec: BenchmarkSpec) -> None:
             raise StoreError(f"{key} {shown} is a file, not a folder; point --{key.replace('_', '-')} "
                              f"(or {key} in the spec) at a folder")
         ensure_writable(folder, what)
+    from tasks.stages.finetune_step import check_finetune_inputs
+
+    check_finetune_inputs(spec)  # reads the dataset, only when the spec fine-tunes a provider
 
 
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:

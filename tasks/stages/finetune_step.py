@@ -1,0 +1,104 @@
+"""The fine-tune step of the pipeline: mine the base provider's exact-search dev run for hard
+negatives, train once per inputs (tasks/stages/finetune.py), and write its tables.
+
+Also the pre-flight check: a dev split with too few judged queries cannot yield the triples a
+`kind: finetuned` provider asks for, which is refused before any model is loaded.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from tasks.analysis.hard_negatives import TRAIN_SPLIT, hard_negative_pairs
+from tasks.providers.finetuned import FinetunedOptions
+from tasks.stages.dataset import load_saved_dataset
+from tasks.stages.finetune import FinetunedModel, FinetuneInputError, finetune_provider, write_training_tables
+
+
+def finetuned_providers(spec) -> list[tuple[int, object]]:
+    """(index in spec.providers, provider) of every `kind: finetuned` provider."""
+    return [(i, p) for i, p in enumerate(spec.providers) if p.kind == "finetuned"]
+
+
+def dev_queries_with_a_positive(queries: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1) -> int:
+    """Dev-split queries judging at least one document relevant: the only ones that yield triples."""
+    dev = queries.filter(pl.col("split") == TRAIN_SPLIT).select("query_id")
+    positive = qrels.filter(pl.col("grade") >= relevance_level).select("query_id").unique()
+    return dev.join(positive, on="query_id", how="semi").height
+
+
+def enough_dev_queries(spec, queries: pl.DataFrame, qrels: pl.DataFrame, where: str) -> None:
+    """Raise FinetuneInputError, naming the key path, when the dev split cannot give any
+    fine-tuned provider its `min_triples`: a query yields at most `max_per_query` triples, so
+    ceil(min_triples / max_per_query) judged dev queries are needed at the very least."""
+    have = dev_queries_with_a_positive(queries, qrels)
+    for i, provider in finetuned_providers(spec):
+        options = FinetunedOptions(**provider.options)
+        needed = math.ceil(options.min_triples / options.max_per_query)
+        if have < needed:
+            raise FinetuneInputError(
+                f"providers[{i}].options: {where} has {have} {TRAIN_SPLIT!r}-split queries with a relevant judgment, "
+                f"but provider {provider.name!r} needs at least {needed} to mine min_triples={options.min_triples} "
+                f"triples at max_per_query={options.max_per_query}; add judged dev queries, or lower "
+                f"providers[{i}].options.min_triples / raise providers[{i}].options.max_per_query")
+
+
+def check_finetune_inputs(spec) -> None:
+    """Pre-flight (before Prefect starts): read the dataset and refuse too few judged dev queries."""
+    if not finetuned_providers(spec):
+        return
+    from tasks.stages.dataset import load_dataset
+
+    d = spec.dataset
+    dataset = load_dataset(d.path, d.format, d.split, qrels_path=d.qrels, grade_map=d.grade_map, unicode=d.unicode,
+                           **d.options)
+    enough_dev_queries(spec, dataset.queries, dataset.qrels, f"dataset {d.path} (split {d.split!r})")
+
+
+def train_from_run(tuned, base_model, run_path: str, dataset_path: str, store: str | Path, force: bool,
+                   progress: Callable[[str], None], key_path: str) -> FinetunedModel:
+    """Mine (query, positive, hard negative) triples from the base's exact-search run on the dev
+    split, then train `tuned` (its ProviderSpec) from `base_model`, or find it in the store."""
+    options = FinetunedOptions(**tuned.options)
+    saved = load_saved_dataset(dataset_path)
+    # The run file may be shared by settings: its provider column is whatever label wrote it.
+    run = pl.read_parquet(run_path).with_columns(provider=pl.lit(options.base))
+    pairs = hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query)
+    if options.max_triples is not None and pairs.height > options.max_triples:
+        # A seeded sample in mining order: the cap bounds training time on a large dev split.
+        pairs = pairs.sample(options.max_triples, seed=options.seed).sort("query_id", "negative_rank")
+    progress(f"{tuned.name}: {pairs.height} hard-negative triples mined from {pairs['query_id'].n_unique()} "
+             f"{TRAIN_SPLIT!r} queries of {options.base}'s exact-search run")
+    return finetune_provider(base_model, options.base, pairs, saved.queries, options, Path(store), force=force,
+                             progress=progress, key_path=key_path)
+
+
+def trained_spec(tuned, model: FinetunedModel):
+    """The provider entry with its trained folder filled in: what the embed stage builds."""
+    return tuned.model_copy(update={"options": {**tuned.options, "model": model.path}})
+
+
+def finetune_tables(models: dict[str, FinetunedModel], bases: dict[str, str], per_query_path: str, dataset_path: str,
+                    statistics, output_dir: Path) -> dict[str, str]:
+    """finetune_training / finetune_loss (tasks/stages/finetune.py) and finetune_verdict: each
+    fine-tuned provider against its base, exact search, on dev and on test, by slice."""
+    from tasks.analysis.finetune_verdict import finetune_verdict
+    from tasks.store.files import write_parquet, write_text
+
+    saved = load_saved_dataset(dataset_path)
+    per_query = pl.read_parquet(per_query_path)
+    paths = write_training_tables(models, output_dir)
+    parts = []
+    for tuned, base in bases.items():
+        verdict = finetune_verdict(per_query, saved.queries, (base, "flat", None), (tuned, "flat", None),
+                                   saved.qrels, saved.corpus, resamples=statistics.resamples,
+                                   permutations=statistics.permutations, seed=statistics.seed,
+                                   level=statistics.confidence)
+        parts.append(verdict.select(pl.lit(tuned).alias("provider"), pl.lit(base).alias("base_provider"), pl.all()))
+    table = pl.concat(parts)
+    paths["finetune_verdict"] = str(write_parquet(table, output_dir / "finetune_verdict.parquet"))
+    paths["finetune_verdict_csv"] = str(write_text(output_dir / "finetune_verdict.csv", table.write_csv()))
+    return paths

@@ -98,7 +98,7 @@ def main() -> None:
     print(verdict.filter(pl.col("slice_kind") == "all"))
     print(verdict.filter(pl.col("slice_kind") != "all"))
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch threads {__import__('torch').get_num_threads()}")
-    print(f"training: {tuned.train_seconds:.1f} s, peak RSS of the training process {tuned.peak_rss_mb:.0f} MB; "
+    print(f"training: {tuned.train_seconds:.1f} s wall, {tuned.train_cpu_seconds or float('nan'):.1f} s CPU, peak RSS of the training process {tuned.peak_rss_mb:.0f} MB; "
           f"this process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

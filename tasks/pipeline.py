@@ -534,6 +534,9 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             "settings": [s.label for s in mine],
         }
     if tuned:
+        from tasks.stages.embed import full_fingerprint
+
+        manifest["providers"] |= {p.name: full_fingerprint(default_provider(p)) for p in active if p.name in tuned}
         manifest["finetuned"] = {name: {"base": m.base, "folder": m.path, "key": m.key, "triples": m.triples,
                                         "hyperparameters": m.hyperparameters, "train_seconds": m.train_seconds,
                                         "peak_rss_mb": m.peak_rss_mb, "trained_now": m.computed}

@@ -34,7 +34,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         # Older names kept beside the common StageResult ones, so readers of earlier manifests keep working.
         "dataset": {**{k: v for k, v in asdict(dataset).items() if k != "seconds"}, "content_hash": dataset.key},
         "chunks": asdict(chunks) if chunks else None,
-        "providers": {p.name: full_fingerprint(create_provider(p.kind, p.options, p.dimensions)) for p in spec.providers},
+        "providers": {p.name: _fingerprint(p) for p in spec.providers},
         "embedding": [{**asdict(e), "set_path": e.path, "set_key": e.key} for e in embeddings],
         "texts": {
             "embedded": sum(e.embedded for e in embeddings),
@@ -97,3 +97,11 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             found[package] = None
     return found
+
+
+def _fingerprint(provider) -> dict:
+    """A `finetuned` entry has no weights until the fine-tune stage trains them: the pipeline
+    replaces this placeholder with the trained model's fingerprint when it has one."""
+    if provider.kind == "finetuned" and not provider.options.get("model"):
+        return {"kind": provider.kind, "base": provider.options.get("base"), "trained": False}
+    return full_fingerprint(create_provider(provider.kind, provider.options, provider.dimensions))

@@ -47,6 +47,7 @@ class FinetunedModel(StageResult):
     triples_sha256: str
     hyperparameters: dict
     train_seconds: float  # from the record: also when reused
+    train_cpu_seconds: float | None = None  # user + system CPU of the training: comparable across machine loads
     peak_rss_mb: float  # of the process that trained it
     final_loss: float | None
     steps: int
@@ -62,6 +63,7 @@ class FinetunedModel(StageResult):
         return pl.DataFrame([{
             "base": self.base, "key": self.key[:16], "triples": self.triples, **self.hyperparameters,
             "steps": self.steps, "final_loss": self.final_loss, "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "peak_rss_mb": self.peak_rss_mb, "trained_now": self.computed,
         }])
 
@@ -115,7 +117,9 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
 
     def build(tmp: Path) -> None:
         tmp.mkdir(parents=True)
+        cpu_before = _cpu_seconds()
         log, seconds = _train(base.path, triples, options, tmp, say)
+        cpu = _cpu_seconds() - cpu_before
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
         write_parquet(pl.DataFrame(log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
                                                 "seconds": pl.Float64}), tmp / LOG_FILE)
@@ -124,7 +128,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
         write_json(tmp / TRAINING_RECORD, {
             "base": base_name, "base_fingerprint_hash": fingerprint_hash(base_fingerprint), "base_fingerprint": base_fingerprint,
             "triples": len(triples), "triples_sha256": triples_sha256, "train_queries": sorted(set(pairs["query_id"].to_list())),
-            "hyperparameters": hyperparameters, "train_seconds": seconds, "peak_rss_mb": peak,
+            "hyperparameters": hyperparameters, "train_seconds": seconds, "train_cpu_seconds": cpu, "peak_rss_mb": peak,
             "query_prefix": base.options.query_prefix, "document_prefix": base.options.document_prefix,
             "dim": base.declared_dim(), "versions": _versions(),
         })
@@ -137,7 +141,8 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
     return FinetunedModel(
         path=str(folder), key=key, computed=built.computed, seconds=built.seconds, base=base_name,
         triples=record["triples"], triples_sha256=record["triples_sha256"], hyperparameters=record["hyperparameters"],
-        train_seconds=record["train_seconds"], peak_rss_mb=record["peak_rss_mb"],
+        train_seconds=record["train_seconds"], train_cpu_seconds=record.get("train_cpu_seconds"),
+        peak_rss_mb=record["peak_rss_mb"],
         final_loss=log[-1]["loss"] if log else None, steps=len(log), log=log,
     )
 
@@ -213,6 +218,13 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
 
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return log, time.perf_counter() - started
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children: on a shared machine the wall time
+    says how busy the machine was, the CPU time what the training cost."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _versions() -> dict:

@@ -1,9 +1,9 @@
 """Base all-MiniLM-L6-v2 vs the same model fine-tuned on dev-split hard negatives, on the shipped
-sample: nDCG@10 and Recall@10 on dev and on test with paired intervals, by language pair and
-category, training time and peak RSS.
+sample or XQuAD: nDCG@10 and Recall@10 on dev and on test with paired intervals, by language pair
+and category, training time (wall and CPU) and peak RSS.
 
     python benchmarks/bench_finetune.py [--store-dir DIR] [--epochs 1] [--batch-size 16] [--max-seq-length N]
-        [--max-per-query N] [--lr X] [--threads N]
+        [--max-per-query N] [--max-triples N] [--lr X] [--threads N] [--xquad en-en,hi-hi [--dev-fraction 0.5]]
 
 Whole documents (title + text) are embedded and searched exactly; the base model's dev run is
 mined for hard negatives (tasks/analysis/hard_negatives.py), the model is fine-tuned once per
@@ -35,9 +35,11 @@ from tasks.stages.chunk import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
 from tasks.stages.finetune import finetune_provider  # noqa: E402
+from tasks.stages.finetune_step import capped  # noqa: E402
 from tasks.stages.retrieve import search_documents  # noqa: E402
 
 MEASURES = ["ndcg@10", "recall@10"]
+SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", "/work/shared/data"))
 
 
 def document_run(provider, name: str, dataset, store: Path, depth: int = 100) -> pl.DataFrame:
@@ -54,6 +56,26 @@ def document_run(provider, name: str, dataset, store: Path, depth: int = 100) ->
     }).with_columns(provider=pl.lit(name), index=pl.lit("flat"), nprobe=pl.lit(None, dtype=pl.Int64))
 
 
+def xquad(pairs: list[str], dev_fraction: float):
+    """XQuAD's language pairs as one collection: documents of every language, each question
+    judged against its paragraph in the pair's document language; dev/test by a stable hash of
+    the XQuAD question id (tasks/stages/dataset.py), so a question and its translation share a split."""
+    from tasks.stages.dataset import Dataset
+
+    corpus, queries, qrels = [], [], []
+    for pair in pairs:
+        query_language, doc_language = pair.split("-")
+        part = load_dataset(SHARED / "xquad", "xquad", "all", query_language=query_language,
+                            doc_language=doc_language, dev_fraction=dev_fraction)
+        doc_id = pl.concat_str(pl.lit(f"{doc_language}:"), "doc_id")
+        query_id = pl.concat_str(pl.lit(f"{pair}:"), "query_id")
+        corpus.append(part.corpus.with_columns(doc_id=doc_id))
+        queries.append(part.queries.with_columns(query_id=query_id))
+        qrels.append(part.qrels.with_columns(doc_id=doc_id, query_id=query_id))
+    return Dataset(f"xquad-{'+'.join(pairs)}", pl.concat(corpus).unique("doc_id", keep="first", maintain_order=True),
+                   pl.concat(queries), pl.concat(qrels))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/retbench-finetune-store"))
@@ -64,9 +86,14 @@ def main() -> None:
     parser.add_argument("--max-per-query", type=int, default=None, help="hard negatives per dev query; default: the provider's")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--max-triples", type=int, default=None, help="default: the provider's")
+    parser.add_argument("--xquad", default=None, metavar="PAIRS",
+                        help="XQuAD instead of the sample: query-document language pairs, e.g. en-en,hi-hi")
+    parser.add_argument("--dev-fraction", type=float, default=0.5, help="XQuAD questions put in dev (by id hash)")
     args = parser.parse_args()
 
-    dataset = load_dataset(ROOT / "data" / "sample", "jsonl", "all")
+    dataset = (xquad(args.xquad.split(","), args.dev_fraction) if args.xquad
+               else load_dataset(ROOT / "data" / "sample", "jsonl", "all"))
     print("queries per split:", dict(dataset.queries.group_by("split").len().iter_rows()))
     base = create_provider("sentence-transformers")
     base_run = document_run(base, "minilm", dataset, args.store_dir)
@@ -75,9 +102,12 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
     tuning = {k: v for k, v in (("max_seq_length", args.max_seq_length), ("max_per_query", args.max_per_query),
-                                ("lr", args.lr)) if v is not None}
-    pairs = hard_negative_pairs(base_run, dataset, "minilm", max_per_query=FinetunedOptions(base="minilm", **tuning).max_per_query)
-    print(f"mined {pairs.height} triples from {pairs['query_id'].n_unique()} dev queries")
+                                ("lr", args.lr), ("max_triples", args.max_triples)) if v is not None}
+    chosen = FinetunedOptions(base="minilm", **tuning)
+    mined = hard_negative_pairs(base_run, dataset, "minilm", max_per_query=chosen.max_per_query)
+    pairs = capped(mined, chosen)
+    print(f"mined {mined.height} triples from {mined['query_id'].n_unique()} dev queries; training on {pairs.height} "
+          f"(options {chosen.model_dump(exclude={'model'})})")
     options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size, **tuning}
     started = time.perf_counter()
     tuned = finetune_provider(base, "minilm", pairs, dataset.queries, options, args.store_dir, progress=print)

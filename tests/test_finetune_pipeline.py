@@ -112,11 +112,14 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
     overall = verdict.filter((pl.col("slice_kind") == "all") & (pl.col("measure") == "ndcg@10"))
     assert dict(overall.select("split", "n").iter_rows()) == {"dev": len(dev), "test": len(test)}
     assert {"all", "language_pair", "category"} <= set(verdict["slice_kind"])
-    # The verdict's base column is the base provider's own score in the summary.
+    # The verdict's base and tuned columns are the providers' own scores: their query-weighted
+    # mean over dev and test is the summary's mean over all queries.
     summary = pl.read_parquet(out / "summary.parquet").filter(pl.col("measure") == "ndcg@10")
-    # The tuned provider was embedded, indexed and scored like any other.
-    assert {"minilm", "minilm-ft"} <= set(summary["provider"])
-    assert result.embedded()["minilm-ft/document"] > 0
+    mean = dict(summary.select("provider", "value").iter_rows())
+    for column, setting in (("base", "minilm"), ("tuned", "minilm-ft")):
+        weighted = (overall[column] * overall["n"]).sum() / overall["n"].sum()
+        assert weighted == pytest.approx(mean[setting], abs=1e-12)
+    assert result.embedded()["minilm-ft/document"] > 0  # embedded, indexed and scored like any other provider
     report = (out / "report.html").read_text()
     assert 'id="finetune"' in report and "minilm-ft vs minilm on ndcg@10: dev " in report
 

@@ -30,7 +30,7 @@ class FinetunedOptions(BaseModel):
     batch_size: int = Field(16, ge=2, description="triples per step; the other triples' documents are in-batch negatives")
     seed: int = 0
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    max_seq_length: int | None = Field(128, ge=8, description="tokens per text in training and encoding")
+    max_seq_length: int | None = Field(128, ge=8, description="tokens per text in training; encoding uses the base's length")
     max_per_query: int = Field(5, ge=1, description="hard negatives mined per dev query")
     min_triples: int = Field(32, ge=1, description="refuse to train on fewer dev triples than this")
     max_triples: int | None = Field(None, ge=1, description="train on a seeded sample of at most this many triples")
@@ -70,7 +70,7 @@ class FinetunedProvider(SentenceTransformersProvider):
             "weights_sha256": weights,
             "query_prefix": record["query_prefix"],
             "document_prefix": record["document_prefix"],
-            "max_seq_length": self.options.max_seq_length,
+            "max_seq_length": self._encode_length(record),
             "dim": record.get("dim"),
         }
 
@@ -103,9 +103,14 @@ class FinetunedProvider(SentenceTransformersProvider):
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(str(self.path), device="cpu", local_files_only=True)
-        if self.options.max_seq_length:
-            model.max_seq_length = self.options.max_seq_length
+        length = self._encode_length(self.training_record())
+        if length:
+            model.max_seq_length = length
         return model
+
+    def _encode_length(self, record: dict) -> int | None:
+        # Folders trained before the encoding length was recorded encoded with the training length.
+        return record.get("encode_max_seq_length", self.options.max_seq_length)
 
 
 register("finetuned")(FinetunedProvider)

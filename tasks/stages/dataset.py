@@ -117,7 +117,7 @@ def load_dataset(
     grades before validation (it must cover every grade present). Queries without judgments
     are dropped; the corpus is kept whole. `unicode` "nfc" (default) normalises titles and
     texts to Unicode NFC, "raw" keeps them as read. Options: `name` for every format, and
-    `query_language` / `doc_language` ("en" | "hi") for xquad, `collection` ("npl" | "cisi" | "med")
+    `query_language` / `doc_language` ("en" | "hi") and `dev_fraction` for xquad, `collection` ("npl" | "cisi" | "med")
     for glasgow.
     """
     if format not in _READERS:
@@ -744,13 +744,17 @@ def _smart_text(lines: list[str]) -> str:
 
 
 def _read_xquad(
-    folder: Path, split: str, name: str | None = None, query_language: str = "en", doc_language: str = "en"
+    folder: Path, split: str, name: str | None = None, query_language: str = "en", doc_language: str = "en",
+    dev_fraction: float | None = None,
 ) -> _Raw:
     for option, value in (("query_language", query_language), ("doc_language", doc_language)):
         if value not in ("en", "hi"):
             raise DatasetError(f"xquad option {option}={value!r}; expected 'en' or 'hi'")
-    if split == "dev":
-        raise DatasetError(f"{folder}: XQuAD has no dev split (all questions are test queries); expected split 'test' or 'all'")
+    if dev_fraction is not None and not (isinstance(dev_fraction, (int, float)) and 0 < dev_fraction < 1):
+        raise DatasetError(f"xquad option dev_fraction={dev_fraction!r}; expected a number between 0 and 1 (exclusive)")
+    if split == "dev" and dev_fraction is None:
+        raise DatasetError(f"{folder}: XQuAD has no dev split (all questions are test queries); expected split 'test' "
+                           "or 'all', or the option dev_fraction (e.g. 0.5) to make one")
     doc_file = folder / f"xquad.{doc_language}.json"
     query_file = folder / f"xquad.{query_language}.json"
     docs = []
@@ -772,15 +776,29 @@ def _read_xquad(
             ids.add(qid, where)
             if qa["id"] not in doc_of_question:
                 raise DatasetError(f"{where}: question id {qa['id']!r} is not in {doc_file}; expected parallel files")
-            queries.append((qid, qa["question"], query_language, title, "test"))
+            queries.append((qid, qa["question"], query_language, title, _xquad_split(qa["id"], dev_fraction)))
             qrels.append(_Judgment(qid, doc_of_question[qa["id"]], 1, where))
     notes = [
         f"xquad {query_language}->{doc_language}: documents are the unique paragraphs of "
         f"xquad.{doc_language}.json (no title), each question's one relevant document is its paragraph"
     ]
+    if dev_fraction is not None:
+        notes.append(f"xquad dev/test split: a question is dev when sha256(its XQuAD id) read as a fraction is below "
+                     f"{dev_fraction} (the id is shared by the languages: a question and its translation share a split)")
     return _Raw(
         name or f"xquad-{query_language}-{doc_language}", docs, queries, qrels, str(doc_file), str(query_file), notes
     )
+
+
+def _xquad_split(question_id: str, dev_fraction: float | None) -> str:
+    """"dev" for a stable share of the questions, "test" for the rest (all "test" without a fraction).
+    Hashing the language-free id keeps a question and its translations in the same split."""
+    if dev_fraction is None:
+        return "test"
+    import hashlib
+
+    share = int(hashlib.sha256(question_id.encode("utf-8")).hexdigest()[:8], 16) / 2**32
+    return "dev" if share < dev_fraction else "test"
 
 
 def _xquad_paragraphs(path: Path) -> Iterator[tuple[int, int, str, str, list[tuple[str, dict]]]]:
@@ -1120,6 +1138,6 @@ _READERS: dict[str, tuple[Callable[..., _Raw], set[str]]] = {
     "jsonl": (_read_jsonl, {"name"}),
     "beir": (_read_beir, {"name"}),
     "cranfield": (_read_cranfield, {"name"}),
-    "xquad": (_read_xquad, {"name", "query_language", "doc_language"}),
+    "xquad": (_read_xquad, {"name", "query_language", "doc_language", "dev_fraction"}),
     "glasgow": (_read_glasgow, {"name", "collection"}),
 }

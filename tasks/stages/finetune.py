@@ -118,7 +118,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
     def build(tmp: Path) -> None:
         tmp.mkdir(parents=True)
         cpu_before = _cpu_seconds()
-        log, seconds = _train(base.path, triples, options, tmp, say)
+        log, seconds = _train(base.path, triples, options, tmp, say, _encode_length(base))
         cpu = _cpu_seconds() - cpu_before
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
         write_parquet(pl.DataFrame(log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
@@ -130,7 +130,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
             "triples": len(triples), "triples_sha256": triples_sha256, "train_queries": sorted(set(pairs["query_id"].to_list())),
             "hyperparameters": hyperparameters, "train_seconds": seconds, "train_cpu_seconds": cpu, "peak_rss_mb": peak,
             "query_prefix": base.options.query_prefix, "document_prefix": base.options.document_prefix,
-            "dim": base.declared_dim(), "versions": _versions(),
+            "dim": base.declared_dim(), "encode_max_seq_length": _encode_length(base), "versions": _versions(),
         })
 
     built = build_folder_once(store, folder, FOLDER_FILES, build, force=force)
@@ -149,7 +149,8 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
 
 def finetune_key(base_fingerprint: dict, triples_sha256: str, hyperparameters: dict) -> str:
     """What the trained weights depend on: the base model, the training triples, the hyperparameters."""
-    return stable_hash("finetune-v1", base_fingerprint, triples_sha256, hyperparameters)
+    # v2: the saved model encodes with the base's length, not the training length.
+    return stable_hash("finetune-v2", base_fingerprint, triples_sha256, hyperparameters)
 
 
 def model_folder(store: Path, key: str) -> Path:
@@ -164,7 +165,7 @@ def _prefixed(triple: dict, base: SentenceTransformersProvider) -> dict:
 
 
 def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out: Path,
-           say: Callable[[str], None]) -> tuple[list[dict], float]:
+           say: Callable[[str], None], encode_length: int | None) -> tuple[list[dict], float]:
     """Train on CPU and save to out/model; (loss per logged step, seconds)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -192,7 +193,7 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
     torch.manual_seed(options.seed)
     model = SentenceTransformer(str(base_path), device="cpu", local_files_only=True)
     if options.max_seq_length:
-        model.max_seq_length = options.max_seq_length
+        model.max_seq_length = options.max_seq_length  # training only: the cost grows with the tokens per text
     data = HFDataset.from_dict({k: [t[k] for t in triples] for k in TRIPLET_KEYS})
     log: list[dict] = []
 
@@ -213,11 +214,18 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
                                          loss=MultipleNegativesRankingLoss(model), callbacks=[LossLog()])
     trainer.train()
+    model.max_seq_length = encode_length or model.max_seq_length  # saved with the base's length: it encodes what the base encodes
     model.save(str(out / "model"))
     import shutil
 
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return log, time.perf_counter() - started
+
+
+def _encode_length(base: SentenceTransformersProvider) -> int | None:
+    """Tokens per text the base encodes with: the tuned model encodes the same, so the verdict
+    compares weights, not truncation (the training length is a separate, cheaper setting)."""
+    return base.options.max_seq_length or base._read_config().get("max_seq_length")
 
 
 def _cpu_seconds() -> float:

@@ -67,13 +67,19 @@ def train_from_run(tuned, base_model, run_path: str, dataset_path: str, store: s
     # The run file may be shared by settings: its provider column is whatever label wrote it.
     run = pl.read_parquet(run_path).with_columns(provider=pl.lit(options.base))
     pairs = hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query)
-    if options.max_triples is not None and pairs.height > options.max_triples:
-        # A seeded sample in mining order: the cap bounds training time on a large dev split.
-        pairs = pairs.sample(options.max_triples, seed=options.seed).sort("query_id", "negative_rank")
+    pairs = capped(pairs, options)
     progress(f"{tuned.name}: {pairs.height} hard-negative triples mined from {pairs['query_id'].n_unique()} "
              f"{TRAIN_SPLIT!r} queries of {options.base}'s exact-search run")
     return finetune_provider(base_model, options.base, pairs, saved.queries, options, Path(store), force=force,
                              progress=progress, key_path=key_path)
+
+
+def capped(pairs: pl.DataFrame, options: FinetunedOptions) -> pl.DataFrame:
+    """At most `max_triples` triples: a seeded sample, in mining order. The cap bounds the
+    training time on a large dev split (the time grows with the number of triples)."""
+    if options.max_triples is None or pairs.height <= options.max_triples:
+        return pairs
+    return pairs.sample(options.max_triples, seed=options.seed).sort("query_id", "negative_rank")
 
 
 def trained_spec(tuned, model: FinetunedModel):

@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--max-triples", type=int, default=None, help="default: the provider's")
+    parser.add_argument("--force", action="store_true", help="train again even when the store holds the model")
     parser.add_argument("--xquad", default=None, metavar="PAIRS",
                         help="XQuAD instead of the sample: query-document language pairs, e.g. en-en,hi-hi")
     parser.add_argument("--dev-fraction", type=float, default=0.5, help="XQuAD questions put in dev (by id hash)")
@@ -110,7 +111,8 @@ def main() -> None:
           f"(options {chosen.model_dump(exclude={'model'})})")
     options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size, **tuning}
     started = time.perf_counter()
-    tuned = finetune_provider(base, "minilm", pairs, dataset.queries, options, args.store_dir, progress=print)
+    tuned = finetune_provider(base, "minilm", pairs, dataset.queries, options, args.store_dir, force=args.force,
+                              progress=print)
     print(f"fine-tune call: {time.perf_counter() - started:.1f} s ({'trained now' if tuned.computed else 'reused'})")
     tuned_run = document_run(tuned.provider(options), "minilm-ft", dataset, args.store_dir)
 

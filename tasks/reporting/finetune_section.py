@@ -14,7 +14,7 @@ OVERALL_COLUMNS = ("provider", "base_provider", "split", "measure", "n", "base",
 SLICE_COLUMNS = ("provider", "split", "slice_kind", "slice", "n", "base", "tuned", "diff", "ci_low", "ci_high",
                  "p_value", "worse_slice", "gain_not_on_test")
 TRAINING_COLUMNS = ("provider", "base", "triples", "epochs", "batch_size", "lr", "max_seq_length", "steps",
-                    "final_loss", "train_seconds", "peak_rss_mb", "trained_now")
+                    "final_loss", "train_seconds", "train_cpu_seconds", "peak_rss_mb", "trained_now")
 
 
 def finetune_section(output_dir: Path, measure: str, section_type, paragraph, table):

@@ -128,3 +128,69 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
     assert again.manifest["finetuned"]["minilm-ft"] | {"trained_now": True} == trained
     assert not again.manifest["finetuned"]["minilm-ft"]["trained_now"]
     assert not again.embeddings  # nothing embedded at stage finetune
+
+
+def test_max_triples_is_a_seeded_sample_in_mining_order():
+    from tasks.providers.finetuned import FinetunedOptions
+    from tasks.stages.finetune_step import capped
+
+    pairs = pl.DataFrame({"query_id": [f"q{i // 3}" for i in range(30)], "negative_rank": [i % 3 + 1 for i in range(30)]})
+    options = FinetunedOptions(base="b", max_triples=7, seed=1)
+    sample = capped(pairs, options)
+    assert sample.height == 7 and sample.equals(capped(pairs, options))  # the same seed, the same triples
+    assert sample.equals(sample.sort("query_id", "negative_rank")) and sample.is_unique().all()
+    assert not sample.equals(capped(pairs, FinetunedOptions(base="b", max_triples=7, seed=2)))
+    assert capped(pairs, FinetunedOptions(base="b")).equals(pairs)  # no cap: every triple
+
+
+def test_xquad_dev_split_is_a_stable_hash_shared_by_a_question_and_its_translation():
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "xquad").is_dir():
+        pytest.skip(f"{SHARED_DATA / 'xquad'} not present")
+    from tasks.stages.dataset import load_dataset
+
+    def splits(language):
+        queries = load_dataset(SHARED_DATA / "xquad", "xquad", "all", query_language=language, doc_language=language,
+                               dev_fraction=0.5).queries
+        return dict(queries.select(pl.col("query_id").str.replace(f"-{language}$", ""), "split").iter_rows())
+
+    english, hindi = splits("en"), splits("hi")
+    assert english == hindi and len(english) == 1190
+    assert sum(s == "dev" for s in english.values()) == 598  # 50.3% of 1190 by the hash
+    import hashlib
+
+    first = next(iter(english))
+    share = int(hashlib.sha256(first.encode()).hexdigest()[:8], 16) / 2**32
+    assert english[first] == ("dev" if share < 0.5 else "test")
+    with pytest.raises(DatasetError, match=r"dev_fraction=1\.5; expected a number between 0 and 1"):
+        load_dataset(SHARED_DATA / "xquad", "xquad", "all", dev_fraction=1.5)
+
+
+def _verdict_rows(provider="minilm-ft"):
+    rows = [  # split, kind, slice, measure, n, base, tuned, low, high, p, worse, lost
+        ("dev", "all", "all", "ndcg@10", 20, 0.6, 0.7, 0.05, 0.15, 0.001, False, True),
+        ("test", "all", "all", "ndcg@10", 18, 0.62, 0.63, -0.02, 0.04, 0.4, False, True),
+        ("test", "language_pair", "hi->hi", "ndcg@10", 9, 0.5, 0.4, -0.2, -0.01, 0.02, True, False),
+    ]
+    return pl.DataFrame([{"provider": provider, "base_provider": "minilm", "split": s, "slice_kind": k, "slice": sl,
+                          "measure": m, "n": n, "base": b, "tuned": t, "diff": t - b, "ci_low": lo, "ci_high": hi,
+                          "p_value": p, "worse_slice": w, "gain_not_on_test": g}
+                         for s, k, sl, m, n, b, t, lo, hi, p, w, g in rows])
+
+
+def test_report_section_states_the_verdict_and_both_flags(tmp_path):
+    from tasks.reporting.finetune_section import finetune_section
+    from tasks.reporting.html import Section, _p, _table
+
+    _verdict_rows().write_parquet(tmp_path / "finetune_verdict.parquet")
+    assert finetune_section(tmp_path, "ndcg@10", Section, _p, _table) is None  # not a table of this run
+    (tmp_path / "manifest.json").write_text(json.dumps({"tables": {"finetune_verdict": "x"}}))
+    section = finetune_section(tmp_path, "ndcg@10", Section, _p, _table)
+    text = [block[1] for block in section.blocks if block[0] == "p"]
+    assert text[0] == ("minilm-ft vs minilm on ndcg@10: dev 0.600 -> 0.700 (+0.100 [+0.050, +0.150], p 0.001, "
+                       "20 queries); test 0.620 -> 0.630 (+0.010 [-0.020, +0.040], p 0.4, 18 queries).")
+    assert text[1] == "Significantly worse after fine-tuning (1): test language_pair hi->hi (ndcg@10 -0.100)."
+    assert text[2] == "Dev gain that did not survive on test (1): all all ndcg@10."
+    tables = [block[1] for block in section.blocks if block[0] == "table"]
+    assert tables[0]["split"].to_list() == ["dev", "test"] and tables[1]["slice"].to_list() == ["hi->hi"]

@@ -35,6 +35,7 @@ class FinetunedOptions(BaseModel):
     min_triples: int = Field(32, ge=1, description="refuse to train on fewer dev triples than this")
     max_triples: int | None = Field(None, ge=1, description="train on a seeded sample of at most this many triples")
     encode_batch_size: int = Field(64, ge=1)
+    threads: int | None = Field(1, ge=1, description="torch threads while training (None: torch's default, one per core)")
     model: str | None = Field(None, description="the trained folder: set by the fine-tune step, not by hand")
 
     def hyperparameters(self) -> dict:

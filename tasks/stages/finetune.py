@@ -128,7 +128,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
         write_json(tmp / TRAINING_RECORD, {
             "base": base_name, "base_fingerprint_hash": fingerprint_hash(base_fingerprint), "base_fingerprint": base_fingerprint,
             "triples": len(triples), "triples_sha256": triples_sha256, "train_queries": sorted(set(pairs["query_id"].to_list())),
-            "hyperparameters": hyperparameters, "train_seconds": seconds, "train_cpu_seconds": cpu, "peak_rss_mb": peak,
+            "hyperparameters": hyperparameters, "train_seconds": seconds, "train_cpu_seconds": cpu, "threads": options.threads, "peak_rss_mb": peak,
             "query_prefix": base.options.query_prefix, "document_prefix": base.options.document_prefix,
             "dim": base.declared_dim(), "encode_max_seq_length": _encode_length(base), "versions": _versions(),
         })
@@ -171,11 +171,29 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     try:
-        from datasets import Dataset as HFDataset
+        import datasets  # noqa: F401
         import accelerate  # noqa: F401  (the trainer needs it; say so before loading the model)
     except ImportError as error:
         raise RuntimeError(f"fine-tuning needs the Python package {error.name!r}: pip install datasets accelerate "
                            "(keeping torch==2.13.0), then rerun") from error
+
+    started = time.perf_counter()
+    torch.manual_seed(options.seed)
+    # One thread by default: on a machine whose cores are busy, torch's threads wait for each other
+    # (measured on the sample at load ~11 on 2 cores: 2 threads took 844 s, 1 thread 160 s, same loss).
+    # Not part of the key: it changes how fast the same weights come out, up to float rounding.
+    threads = torch.get_num_threads()
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    try:
+        return _fit(base_path, triples, options, out, say, encode_length, started)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(base_path: Path, triples: list[dict], options: FinetunedOptions, out: Path, say: Callable[[str], None],
+         encode_length: int | None, started: float) -> tuple[list[dict], float]:
+    from datasets import Dataset as HFDataset
     from sentence_transformers import SentenceTransformer
     try:  # sentence-transformers >= 6 moved these; the old paths still work but warn
         from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -189,8 +207,6 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
         from sentence_transformers.training_args import BatchSamplers
     from transformers import TrainerCallback
 
-    started = time.perf_counter()
-    torch.manual_seed(options.seed)
     model = SentenceTransformer(str(base_path), device="cpu", local_files_only=True)
     if options.max_seq_length:
         model.max_seq_length = options.max_seq_length  # training only: the cost grows with the tokens per text

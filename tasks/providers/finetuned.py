@@ -33,7 +33,8 @@ class FinetunedOptions(BaseModel):
     max_seq_length: int | None = Field(128, ge=8, description="tokens per text in training; encoding uses the base's length")
     max_per_query: int = Field(5, ge=1, description="hard negatives mined per dev query")
     min_triples: int = Field(32, ge=1, description="refuse to train on fewer dev triples than this")
-    max_triples: int | None = Field(None, ge=1, description="train on a seeded sample of at most this many triples")
+    max_triples: int | None = Field(256, ge=1, description="train on a seeded sample of at most this many triples "
+                                                           "(bounds the training time; None: every mined triple)")
     encode_batch_size: int = Field(64, ge=1)
     threads: int | None = Field(1, ge=1, description="torch threads while training (None: torch's default, one per core)")
     model: str | None = Field(None, description="the trained folder: set by the fine-tune step, not by hand")

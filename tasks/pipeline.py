@@ -434,8 +434,10 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     tuned = {p.name: runner.submit("finetune", finetune_stage, p, spec, dataset, chunks, filters, forced("finetune", p.name),
                                    make_provider, label=f"finetune-{p.name}").result()
              for p in active if p.kind == "finetuned" and reaches("finetune")}
-    active = [p.model_copy(update={"options": {**p.options, "model": tuned[p.name].path}}) if p.name in tuned else p
-              for p in active]
+    if tuned:
+        from tasks.stages.finetune_step import trained_spec
+
+        active = [trained_spec(p, tuned[p.name]) if p.name in tuned else p for p in active]
     if not reaches("embed"):
         active = []
     mine = [s for s in settings if s.provider in {p.name for p in active}]

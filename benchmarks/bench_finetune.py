@@ -34,7 +34,7 @@ from tasks.providers.finetuned import FinetunedOptions  # noqa: E402
 from tasks.stages.chunk import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
-from tasks.stages.finetune import finetune_provider  # noqa: E402
+from tasks.stages.finetune import drop_held_out_texts, finetune_provider  # noqa: E402
 from tasks.stages.finetune_step import capped  # noqa: E402
 from tasks.stages.retrieve import search_documents  # noqa: E402
 
@@ -106,8 +106,10 @@ def main() -> None:
                                 ("lr", args.lr), ("max_triples", args.max_triples)) if v is not None}
     chosen = FinetunedOptions(base="minilm", **tuning)
     mined = hard_negative_pairs(base_run, dataset, "minilm", max_per_query=chosen.max_per_query)
-    pairs = capped(mined, chosen)
-    print(f"mined {mined.height} triples from {mined['query_id'].n_unique()} dev queries; training on {pairs.height} "
+    kept, dropped = drop_held_out_texts(mined, dataset.queries)
+    pairs = capped(kept, chosen)
+    print(f"mined {mined.height} triples from {mined['query_id'].n_unique()} dev queries ({dropped} dropped: the text "
+          f"of a test query); training on {pairs.height} "
           f"(options {chosen.model_dump(exclude={'model'})})")
     options = {"base": "minilm", "epochs": args.epochs, "batch_size": args.batch_size, **tuning}
     started = time.perf_counter()

@@ -194,3 +194,15 @@ def test_report_section_states_the_verdict_and_both_flags(tmp_path):
     assert text[2] == "Dev gain that did not survive on test (1): all all ndcg@10."
     tables = [block[1] for block in section.blocks if block[0] == "table"]
     assert tables[0]["split"].to_list() == ["dev", "test"] and tables[1]["slice"].to_list() == ["hi->hi"]
+
+
+def test_mining_drops_dev_triples_that_ask_a_test_question_under_another_id():
+    # XQuAD asks some questions twice under two ids, one of which can fall in test.
+    from tasks.stages.finetune import check_training_queries, drop_held_out_texts
+
+    queries = pl.DataFrame({"query_id": ["d1", "d2", "t1"], "text": ["How often?", "Why?", "how often? "],
+                            "split": ["dev", "dev", "test"]})
+    pairs = pl.DataFrame({"query_id": ["d1", "d1", "d2"], "anchor": ["How often?", "How often?", "Why?"]})
+    kept, dropped = drop_held_out_texts(pairs, queries)
+    assert dropped == 2 and kept["query_id"].to_list() == ["d2"]
+    check_training_queries(kept, queries)  # the last guard accepts what mining kept

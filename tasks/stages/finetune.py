@@ -83,11 +83,24 @@ def check_training_queries(pairs: pl.DataFrame, queries: pl.DataFrame) -> None:
         raise HeldOutSplitError(f"{len(held_out)} training queries are not in the {TRAIN_SPLIT!r} split "
                                 f"(first: {held_out[0]!r}, split {split_of[held_out[0]]!r}): refusing to train; "
                                 f"the {HELD_OUT_SPLIT!r} split is held out")
-    test_texts = set(queries.filter(pl.col("split") != TRAIN_SPLIT)["text"].str.strip_chars().str.to_lowercase().to_list())
-    leaked = pairs.filter(pl.col("anchor").str.strip_chars().str.to_lowercase().is_in(list(test_texts)))
+    leaked = pairs.filter(_same_text_as_held_out(queries))
     if leaked.height:
         raise HeldOutSplitError(f"training query {leaked['query_id'][0]!r} has the text of a {HELD_OUT_SPLIT!r}-split "
                                 f"query ({leaked['anchor'][0]!r}): refusing to train on held-out queries")
+
+
+def _same_text_as_held_out(queries: pl.DataFrame) -> pl.Expr:
+    """True for a triple whose query text (trimmed, lower-cased) is also a held-out query's."""
+    held_out = queries.filter(pl.col("split") != TRAIN_SPLIT)["text"].str.strip_chars().str.to_lowercase()
+    return pl.col("anchor").str.strip_chars().str.to_lowercase().is_in(held_out.unique().implode())
+
+
+def drop_held_out_texts(pairs: pl.DataFrame, queries: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The triples without those whose dev query has the text of a held-out query (XQuAD asks
+    some questions twice, under two ids), and how many were dropped: mining drops them, so
+    check_training_queries, the last guard, never sees one."""
+    kept = pairs.filter(~_same_text_as_held_out(queries))
+    return kept, pairs.height - kept.height
 
 
 def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs: pl.DataFrame, queries: pl.DataFrame,

@@ -15,7 +15,9 @@ import polars as pl
 from tasks.analysis.hard_negatives import TRAIN_SPLIT, hard_negative_pairs
 from tasks.providers.finetuned import FinetunedOptions
 from tasks.stages.dataset import load_saved_dataset
-from tasks.stages.finetune import FinetunedModel, FinetuneInputError, finetune_provider, write_training_tables
+from tasks.stages.finetune import (
+    FinetunedModel, FinetuneInputError, drop_held_out_texts, finetune_provider, write_training_tables,
+)
 
 
 def finetuned_providers(spec) -> list[tuple[int, object]]:
@@ -66,7 +68,10 @@ def train_from_run(tuned, base_model, run_path: str, dataset_path: str, store: s
     saved = load_saved_dataset(dataset_path)
     # The run file may be shared by settings: its provider column is whatever label wrote it.
     run = pl.read_parquet(run_path).with_columns(provider=pl.lit(options.base))
-    pairs = hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query)
+    pairs, dropped = drop_held_out_texts(
+        hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query), saved.queries)
+    if dropped:
+        progress(f"{tuned.name}: {dropped} triples dropped: their dev query has the text of a test-split query")
     pairs = capped(pairs, options)
     progress(f"{tuned.name}: {pairs.height} hard-negative triples mined from {pairs['query_id'].n_unique()} "
              f"{TRAIN_SPLIT!r} queries of {options.base}'s exact-search run")

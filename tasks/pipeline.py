@@ -537,8 +537,10 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
         }
     if tuned:
         from tasks.stages.embed import full_fingerprint
+        from tasks.stages.finetune_step import trained_spec
 
-        manifest["providers"] |= {p.name: full_fingerprint(default_provider(p)) for p in active if p.name in tuned}
+        manifest["providers"] |= {p.name: full_fingerprint(default_provider(trained_spec(p, tuned[p.name])))
+                                  for p in spec.providers if p.name in tuned}
         manifest["finetuned"] = {name: {"base": m.base, "folder": m.path, "key": m.key, "triples": m.triples,
                                         "hyperparameters": m.hyperparameters, "train_seconds": m.train_seconds,
                                         "peak_rss_mb": m.peak_rss_mb, "trained_now": m.computed}

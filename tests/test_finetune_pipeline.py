@@ -127,6 +127,7 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
     again = run_pipeline(spec, Selection(stage="finetune"))
     assert again.manifest["finetuned"]["minilm-ft"] | {"trained_now": True} == trained
     assert not again.manifest["finetuned"]["minilm-ft"]["trained_now"]
+    assert "weights_sha256" in again.manifest["providers"]["minilm-ft"]  # the trained model's fingerprint
     assert not again.embeddings  # nothing embedded at stage finetune
 
 

@@ -8,6 +8,7 @@ an flock is held while it is written. The store and output directory are checked
 before any work."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,27 @@ def check_inputs(spec: BenchmarkSpec) -> None:
             raise StoreError(f"{key} {shown} is a file, not a folder; point --{key.replace('_', '-')} "
                              f"(or {key} in the spec) at a folder")
         ensure_writable(folder, what)
+    _check_secret_variables(spec)
+
+
+def _check_secret_variables(spec: BenchmarkSpec) -> None:
+    """Every environment variable a provider or reranker reads a key from is set: a missing
+    key is found before the run, not after the local stages."""
+    from tasks.providers import options_model
+    from tasks.providers.secrets import SecretLookupError, env_references
+    from tasks.rerankers import reranker_options_model
+
+    configured = [(f"providers[{i}].options", options_model(p.kind), p.options) for i, p in enumerate(spec.providers)]
+    configured += [(f"rerankers[{i}].options", reranker_options_model(r.kind), r.options)
+                   for i, r in enumerate(spec.rerankers)]
+    for where, model, options in configured:
+        if model is None:
+            continue
+        for key, variable in env_references(model.model_validate(options)):
+            if not os.environ.get(variable):
+                raise SecretLookupError(f"{where}.{key}: environment variable {variable} is not set (or empty); "
+                                        "export it before the run (keys are read from the environment or a "
+                                        "Prefect Secret block, never from the spec)")
 
 
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:

@@ -12,7 +12,7 @@ def test_a_figure_is_drawn_once_per_content(tmp_path, monkeypatch):
     drawn = []
     real_png = figures._png
     monkeypatch.setattr(figures, "_png", lambda figure: drawn.append(1) or real_png(figure))
-    with figures.cached_in(tmp_path / "figures"):
+    with figures.cached_in(tmp_path):
         first = figures.quality_bars(settings(0.6), "ndcg@10", "a", "b")
         again = figures.quality_bars(settings(0.6), "ndcg@10", "a", "b")
         changed = figures.quality_bars(settings(0.7), "ndcg@10", "a", "b")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.store.files import file_sha256, stable_hash, write_text
+from tasks.store.build import build_once
+from tasks.store.files import file_sha256, stable_hash
 
 DPI = 100
 WIDTH = 10.0  # inches: 1000 px, inside the page's 1100 px column
@@ -34,9 +35,9 @@ _CACHE_DIR: ContextVar[Path | None] = ContextVar("figure_cache", default=None)
 
 
 @contextmanager
-def cached_in(folder: str | Path | None):
-    """Within the block, figures are read from / kept in `folder`."""
-    token = _CACHE_DIR.set(Path(folder) if folder is not None else None)
+def cached_in(store: str | Path | None):
+    """Within the block, figures are read from / kept in the store's `figures/` folder."""
+    token = _CACHE_DIR.set(Path(store) if store is not None else None)
     try:
         yield
     finally:
@@ -52,24 +53,27 @@ def _digest(value) -> str:
 
 
 def _memoised(draw):
-    """A figure function whose result is kept under the cache folder, keyed by its arguments,
-    this module's code and matplotlib's version."""
+    """A figure function whose result is kept in the store (the one build routine: checksummed,
+    verified on reuse), keyed by its arguments, this module's code and matplotlib's version."""
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
-        folder = _CACHE_DIR.get()
-        if folder is None:
+        store = _CACHE_DIR.get()
+        if store is None:
             return draw(*args, **kwargs)
         key = stable_hash("figure-v1", file_sha256(__file__), version("matplotlib"), draw.__name__,
                           [_digest(a) for a in args], {k: _digest(v) for k, v in sorted(kwargs.items())})
-        path = folder / f"{key[:40]}.json"
-        try:
-            kept = json.loads(path.read_text())
-            return tuple(kept["value"]) if kept["tuple"] else kept["value"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not drawn yet (or a damaged file): draw it
-        value = draw(*args, **kwargs)
-        write_text(path, json.dumps({"value": value, "tuple": isinstance(value, tuple)}))
-        return value
+        drawn = []
+
+        def build(tmp: str) -> None:
+            drawn.append(draw(*args, **kwargs))
+            Path(tmp).write_text(json.dumps({"value": drawn[0], "tuple": isinstance(drawn[0], tuple)}))
+
+        path = store / "figures" / f"{key[:40]}.json"
+        build_once(store, path, build, parse=lambda p: json.loads(p.read_text()))
+        if drawn:
+            return drawn[0]
+        kept = json.loads(path.read_text())
+        return tuple(kept["value"]) if kept["tuple"] else kept["value"]
     return wrapper
 
 

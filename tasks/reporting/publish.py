@@ -53,7 +53,7 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
     measure = spec.report.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
     verdict = decide(output_dir, measure)
-    with figures.cached_in(Path(store) / "figures"):
+    with figures.cached_in(store):
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
                                           measure=measure, texts=report_texts(manifest), verdict=verdict)
     return Published(

@@ -134,7 +134,7 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
         return replace(parsed[0], seconds=time.perf_counter() - started)
     facts = json.loads(pointer.read_text())
     for note in facts["notes"]:  # said when the files were parsed; said again on every run that uses them
-        log.warning(note)
+        log.info(note)
     directory = Path(spec.store_dir) / facts["folder"]  # relative: a moved store stays a cache
     # The tables themselves are verified (a damaged file is quarantined and parsed again).
     made = build_folder_once(spec.store_dir, directory, tuple(facts["files"]),

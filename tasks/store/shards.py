@@ -54,9 +54,16 @@ def merge_shards(directory: str | Path, shards: list[Path]) -> None:
     go, so a crash here leaves duplicate rows, never a gap (the next scan's caller drops them)."""
     if len(shards) < 2:
         return
-    write_shard(directory, pa.concat_tables([pq.read_table(p) for p in shards], promote_options="permissive"))
+    write_shard(directory, pa.concat_tables([read_shard(p) for p in shards], promote_options="permissive"))
     for path in shards:
         remove_shard(path)
+
+
+def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """A shard's rows (or some columns). Through ParquetFile, not pq.read_table, which imports
+    pyarrow.dataset: a second of a fully cached run."""
+    with pq.ParquetFile(path) as shard:
+        return shard.read(columns=columns)
 
 
 def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
@@ -76,8 +83,9 @@ def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
             quarantine(path, store, "checksum mismatch (truncated or corrupted)")
             continue
         try:
-            present = [c for c in columns if c in pq.read_schema(path).names]
-            head = pq.read_table(path, columns=present)
+            # ParquetFile, not read_table: the latter imports pyarrow.dataset (a second on a cached run).
+            with pq.ParquetFile(path) as shard:
+                head = shard.read(columns=[c for c in columns if c in shard.schema_arrow.names])
         except Exception as error:  # whatever pyarrow raises, an unreadable shard is damage
             quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
             continue

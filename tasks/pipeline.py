@@ -362,6 +362,9 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run the benchmark described by `spec` up to `selection.stage`; a remote store
     (s3://...) is worked on through a local mirror, pushed back also after a failure."""
+    from tasks.stages.prepare import check_inputs
+
+    check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
     with local_store(spec) as spec:
         return _run(spec, selection, spec_path, runner or Runner(), run_id or str(uuid.uuid4()), make_provider,
                     on_published)

@@ -55,7 +55,7 @@ def test_matches_is_equality_and_membership_and_a_missing_field_fails():
 
 
 @pytest.mark.parametrize("query, message", [
-    ({"filter": {"prodcut": "cards"}}, "queries.jsonl:1: filter field 'prodcut' is not a metadata field of any document (known: product, year)"),
+    ({"filter": {"prodcut": "cards"}}, "queries.jsonl:1: filter field 'prodcut' is not a metadata field of any document (known: product, year; did you mean 'product'?)"),
     ({"filter": "cards"}, "queries.jsonl:1: field 'filter' must be a non-empty object"),
     ({"filter": {"product": {"in": ["cards"]}}}, "queries.jsonl:1: filter field 'product' must be a string, number or boolean, or a non-empty list"),
     ({"filter": {"product": []}}, "non-empty list"),

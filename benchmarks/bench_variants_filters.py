@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import zlib
 from pathlib import Path
@@ -149,7 +150,11 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--ef", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--skip-filters", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no stage progress on stderr")
     args = parser.parse_args()
+    if not args.quiet:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(message)s")
+        logging.getLogger("retbench").setLevel(logging.INFO)
     pl.Config.set_tbl_rows(200)
     pl.Config.set_tbl_cols(20)
     pl.Config.set_tbl_width_chars(220)

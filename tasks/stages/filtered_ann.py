@@ -1,7 +1,8 @@
 """What a metadata filter costs an approximate index: neighbour recall@k of filtered IVF/HNSW
 search against filtered exact search, at chosen filter selectivities.
 
-A restrictive filter starves IVF: the nprobe lists nearest the query may hold few or no allowed
+Both restrict the search inside FAISS with an IDSelector (SearchParametersIVF with nprobe,
+SearchParametersHNSW with efSearch). A restrictive filter starves IVF: the nprobe lists nearest the query may hold few or no allowed
 vectors, so fewer than k come back although exact search finds k. Filters are drawn two ways:
 `random` (a uniform sample of the documents: allowed vectors spread over every list) and
 `correlated` (the share of vectors furthest along one random direction: the allowed vectors sit
@@ -58,6 +59,19 @@ def _params(index: faiss.Index, setting: dict, selector=None):
         return faiss.SearchParametersHNSW(sel=selector, efSearch=setting["efSearch"]) if selector else \
             faiss.SearchParametersHNSW(efSearch=setting["efSearch"])
     return search_parameters(index, selector) if selector else None
+
+
+def stored_hnsw(doc_set, config, store) -> tuple[str, faiss.Index, list[dict]]:
+    """(name, index, efSearch settings) of the HNSW index `config` (a FilterHNSWSpec) asks for on
+    these vectors, built through the store (the ANN sweep reuses the same file)."""
+    from pathlib import Path
+
+    from tasks.stages.index import IndexSettings, build_index, load_index
+
+    settings = IndexSettings("hnsw", M=config.M, ef_construction=config.ef_construction)
+    built = build_index(doc_set, settings, Path(store))
+    return (settings.file_name.removesuffix(".faiss"), load_index(built.path, expected_dim=doc_set.dim),
+            [{"efSearch": e} for e in config.ef_search])
 
 
 def filtered_fidelity(documents: np.ndarray, queries: np.ndarray, indexes: list[tuple[str, faiss.Index, list[dict]]],

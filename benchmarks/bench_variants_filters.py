@@ -2,9 +2,11 @@
 against their baseline (nDCG@10 and Recall@10 deltas, 95% paired bootstrap intervals), the chunk
 texts embedded once across chunking variants, and what a metadata filter costs IVF and HNSW.
 
-    python benchmarks/bench_variants_filters.py [--datasets cranfield xquad-en xquad-hi] [--data /work/shared/data]
+    python benchmarks/bench_variants_filters.py [--datasets sample cranfield xquad-en xquad-hi] [--data /work/shared/data]
                                                 [--store /tmp/retbench-variants] [--skip-filters]
 
+`sample` (the shipped sample, not run by default) adds its Hinglish rewrite table as a query
+variant and the pipeline's own `filter_sweep` (filtered IVF and HNSW on its MiniLM vectors).
 Each collection is one pipeline run (tasks/pipeline.py `run_pipeline`, no Prefect) of a spec with
 chunking variants, query variants, the MiniLM provider and exact search; the deltas are the run's
 `variant_comparisons` table. "Embedded once": chunk texts that two or more chunking variants
@@ -44,6 +46,12 @@ CHUNKINGS = {
         {"name": "sent60", "strategy": "sentence", "max_words": 60},
         {"name": "fixed80", "strategy": "fixed", "size": 80, "overlap": 20},
     ],
+    "sample": [
+        {"name": "para120", "strategy": "paragraph", "max_words": 120},  # as specs/sample.yaml
+        {"name": "para200", "strategy": "paragraph", "max_words": 200},
+        {"name": "sent60", "strategy": "sentence", "max_words": 60},
+        {"name": "fixed80", "strategy": "fixed", "size": 80, "overlap": 20},
+    ],
     "xquad": [
         {"name": "whole", "strategy": "none"},
         {"name": "sent60", "strategy": "sentence", "max_words": 60},
@@ -57,7 +65,14 @@ QUERY_VARIANTS = [
 
 
 def spec_for(name: str, data: Path, out: Path, store: Path) -> dict:
-    if name == "cranfield":
+    variants = QUERY_VARIANTS
+    extra = {}
+    if name == "sample":  # the shipped sample, with its Hinglish rewrites and the filter sweep on its vectors
+        dataset = {"path": str(ROOT / "data" / "sample"), "format": "jsonl", "split": "all"}
+        chunking = CHUNKINGS["sample"]
+        variants = QUERY_VARIANTS + [{"name": "rewrites", "rewrite_file": str(ROOT / "data" / "sample" / "rewrites.txt")}]
+        extra = {"indexes": {"flat": True, "ivf": {"nprobe": [1, 4, 16]}}, "filter_sweep": {}}
+    elif name == "cranfield":
         dataset = {"path": str(data / "cranfield"), "format": "cranfield", "split": "all"}
         chunking = CHUNKINGS["cranfield"]
     else:
@@ -68,18 +83,19 @@ def spec_for(name: str, data: Path, out: Path, store: Path) -> dict:
     return {
         "name": f"variants-{name}", "dataset": dataset, "chunking": chunking,
         "providers": [{"name": "minilm", "kind": "sentence-transformers"}],
-        "queries": {"variants": QUERY_VARIANTS},
+        "queries": {"variants": variants},
         "indexes": {"flat": True, "ivf": None}, "k": [10], "depth": 100,
         "statistics": {"buried_answers": False}, "history": {"enabled": False},
-        "output_dir": str(out / name), "store_dir": str(store),
+        "output_dir": str(out / name), "store_dir": str(store), **extra,
     }
 
 
-def shared_texts(store: Path, manifest: dict) -> tuple[int, int]:
-    """(chunks over all chunking variants, distinct chunk texts among them)."""
+def shared_texts(store: Path, manifest: dict) -> tuple[int, int, int]:
+    """(chunks over all chunking variants, sum of each variant's distinct texts, distinct texts over
+    all variants): the last two differ by the texts a variant shares with an earlier one."""
     files = [store / "chunks" / v["file"] for v in manifest["variants"]["chunking"].values()]
-    texts = pl.concat([pl.read_parquet(f, columns=["text"]) for f in files])["text"]
-    return texts.len(), texts.n_unique()
+    texts = [pl.read_parquet(f, columns=["text"])["text"] for f in files]
+    return sum(t.len() for t in texts), sum(t.n_unique() for t in texts), pl.concat(texts).n_unique()
 
 
 def run_collection(name: str, args) -> object:
@@ -88,15 +104,22 @@ def run_collection(name: str, args) -> object:
     path.write_text(json.dumps(spec_for(name, args.data, args.store / "out", args.store)))
     result = run_pipeline(load_spec(path))
     table = pl.read_parquet(result.tables["variant_comparisons"])
-    total, distinct = shared_texts(args.store, result.manifest)
+    total, per_variant, distinct = shared_texts(args.store, result.manifest)
     print(f"\n== {name}: MiniLM, exact search, variant minus baseline (paired bootstrap 95% interval)")
     rows = (table.filter(pl.col("slice_kind") != "category")
             .select("setting", "variant_kind", "slice", "measure", "n", pl.col("mean_baseline").round(4).alias("baseline"),
                     pl.col("mean_variant").round(4).alias("variant"), pl.col("diff").round(4),
                     pl.col("ci_low").round(4), pl.col("ci_high").round(4), pl.col("p_value").round(4)))
     print(rows)
-    print(f"chunk texts over {len(result.manifest['variants']['chunking'])} chunking variants: {total}; distinct: "
-          f"{distinct}; embedded once though shared: {total - distinct}")
+    print(f"chunks over {len(result.manifest['variants']['chunking'])} chunking variants: {total} ({total - per_variant} "
+          f"repeat a text of their own variant); distinct texts per variant, summed: {per_variant}; distinct over all "
+          f"variants: {distinct}; texts shared across variants, embedded once: {per_variant - distinct}")
+    if "filtered_ann" in result.tables:
+        print(f"\n== {name}: filter_sweep on the run's MiniLM vectors: neighbour recall@10 vs filtered exact search")
+        print(pl.read_parquet(result.tables["filtered_ann"]).select(
+            "filter_kind", "selectivity", "allowed", "index", "params", pl.col("neighbour_recall").round(3),
+            pl.col("ci_low").round(3), pl.col("ci_high").round(3), pl.col("unfiltered_neighbour_recall").round(3).alias("unfiltered"),
+            "starved_queries"))
     print("this run, per set: " + ", ".join(f"{e.provider}/{e.role} {e.embedded} embedded + {e.from_cache} cached"
                                              for e in result.embeddings))
     return result
@@ -144,7 +167,7 @@ def filter_cost(result, store: Path, nprobes: list[int], efs: list[int]) -> None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["cranfield", "xquad-en", "xquad-hi"],
-                        choices=["cranfield", "xquad-en", "xquad-hi"])
+                        choices=["sample", "cranfield", "xquad-en", "xquad-hi"])
     parser.add_argument("--data", type=Path, default=Path("/work/shared/data"))
     parser.add_argument("--store", type=Path, default=Path("/tmp/retbench-variants"))
     parser.add_argument("--nprobe", type=int, nargs="+", default=[1, 4, 16])

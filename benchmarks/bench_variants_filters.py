@@ -54,6 +54,12 @@ CHUNKINGS = {
         {"name": "sent60", "strategy": "sentence", "max_words": 60},
         {"name": "fixed80", "strategy": "fixed", "size": 80, "overlap": 20},
     ],
+    "sample": [
+        {"name": "para120", "strategy": "paragraph", "max_words": 120},  # as specs/sample.yaml
+        {"name": "para200", "strategy": "paragraph", "max_words": 200},
+        {"name": "sent60", "strategy": "sentence", "max_words": 60},
+        {"name": "fixed80", "strategy": "fixed", "size": 80, "overlap": 20},
+    ],
     "xquad": [
         {"name": "whole", "strategy": "none"},
         {"name": "sent60", "strategy": "sentence", "max_words": 60},

@@ -551,7 +551,7 @@ def _metadata_fields(metadata: dict[str, dict]) -> set[str]:
 
 
 def known_fields(key: str, fields: set[str] | list[str]) -> str:
-    """`known: a, b, c` for an error message, with the closest to a mistyped `key` first named."""
+    """`known: a, b, c` for an error message, and `did you mean ...?` when one is close to a mistyped `key`."""
     if not fields:
         return "known: none: no document has metadata"
     close = difflib.get_close_matches(key, list(fields), n=1)

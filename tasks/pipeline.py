@@ -232,11 +232,11 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
 
 
 def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
-    """Filtered IVF search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
+    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
     import faiss
 
     from tasks.stages.embed import load_vectors
-    from tasks.stages.filtered_ann import filtered_fidelity
+    from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
     from tasks.stages.index import load_index
     from tasks.store.files import write_parquet
 
@@ -251,6 +251,8 @@ def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: Be
         nlist = faiss.extract_index_ivf(index).nlist
         probes = sorted({min(n, nlist) for n in nprobes})
         indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+    if config.hnsw is not None:
+        indexes.append(stored_hnsw(doc_set, config.hnsw, spec.store_dir))
     table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
                               config.seed, spec.statistics.resamples, tuple(config.overfetch))
     table = table.with_columns(provider=pl.lit(doc_set.provider)).select("provider", *table.columns)
@@ -362,6 +364,9 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run the benchmark described by `spec` up to `selection.stage`; a remote store
     (s3://...) is worked on through a local mirror, pushed back also after a failure."""
+    from tasks.stages.prepare import check_inputs
+
+    check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
     with local_store(spec) as spec:
         return _run(spec, selection, spec_path, runner or Runner(), run_id or str(uuid.uuid4()), make_provider,
                     on_published)

@@ -36,6 +36,14 @@ class DatasetSpec(_Strict):
     grade_map: dict[int, int] | None = None
     unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
+    metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
+                                              "query filters may use; checked against the files before any work")
+
+    @model_validator(mode="after")
+    def _metadata_fields_need_filters(self):
+        if self.metadata_fields is not None and self.format != "jsonl":
+            raise ValueError(f"metadata_fields: only the jsonl format carries query filters (format is {self.format!r})")
+        return self
 
 
 class ChunkingSpec(_Strict):

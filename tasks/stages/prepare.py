@@ -67,10 +67,12 @@ _DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset
 
 
 def check_inputs(spec: BenchmarkSpec) -> None:
-    """What can be checked in milliseconds before any work (and before Prefect starts):
-    the dataset and qrels paths exist, and the output and store directories are folders
-    this process can write. Raises DatasetError or StoreError naming the spec key."""
+    """What can be checked in about a second before any work (and before Prefect starts):
+    the dataset and qrels paths exist, every query filter names a document metadata field
+    (and a declared one), and the output and store directories are folders this process can
+    write. Raises DatasetError or StoreError naming the spec key or file:line."""
     from tasks.stages.dataset import DatasetError
+    from tasks.stages.filter_fields import check_filter_fields
     from tasks.store.integrity import StoreError
     from tasks.store.remote import is_remote
 
@@ -82,6 +84,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
         raise DatasetError(f"dataset.path {dataset.path}: a file; expected the folder of the {dataset.format} collection")
     if dataset.qrels is not None and not dataset.qrels.is_file():
         raise DatasetError(f"dataset.qrels {dataset.qrels}: not found; expected a TREC qrels file")
+    check_filter_fields(dataset.path, dataset.format, dataset.metadata_fields)
     folders = [("output", "output_dir", Path(spec.output_dir))]
     if not is_remote(spec.store_dir):
         folders.append(("store", "store_dir", Path(spec.store_dir)))

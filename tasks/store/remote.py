@@ -52,7 +52,15 @@ def default_scratch(uri: str) -> Path:
     return cache / "scratch" / hashlib.sha256(display_uri(uri).encode()).hexdigest()[:16]
 
 
-default_mirror = default_scratch  # the name before the mirror was replaced
+def _with_delayed_open(fs: pafs.S3FileSystem) -> pafs.S3FileSystem:
+    """The same S3 filesystem with `allow_delayed_open`: a file smaller than one part is then
+    written by a single PUT instead of a three-request multipart upload (the store's files are
+    mostly small). The URI has no query option for it, hence the rebuild from its settings."""
+    rebuild, (options,) = fs.__reduce__()
+    try:
+        return rebuild({**options, "allow_delayed_open": True})
+    except (TypeError, ValueError):  # another pyarrow's settings: keep the filesystem as it is
+        return fs
 
 
 @dataclass
@@ -72,6 +80,8 @@ class ObjectStore:
         except (OSError, ValueError) as error:
             raise OSError(f"cannot open the store {display_uri(self.uri)}: {error}") from error
         self.root = root.rstrip("/")
+        if isinstance(self.fs, pafs.S3FileSystem):
+            self.fs = _with_delayed_open(self.fs)
 
     def key(self, path: str | Path) -> str | None:
         """The object key of a scratch path; None outside the scratch, for temp files and

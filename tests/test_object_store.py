@@ -1,0 +1,148 @@
+"""The store on S3 without a mirror: moto's server on 127.0.0.1 behind a counting proxy, so the
+test sees every request a run sends and which objects it lists, fetches and writes."""
+import os
+import re
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from tests.conftest import ROOT
+from tests.counting_proxy import CountingProxy
+from tests.faulty_server import free_port, stop_process, wait_for_http
+
+BUCKET = "retbench-objects"
+
+SPEC = """
+name: objects
+dataset: {{path: {data}, format: jsonl, split: dev}}
+chunking: {{strategy: paragraph, max_words: 120}}
+providers: [{providers}]
+indexes: {{ivf: {{nprobe: [2]}}}}
+output_dir: {out}
+store_dir: "{store}"
+store_mirror: {scratch}
+"""
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """(proxy, endpoint of the proxy): moto on a free port, the proxy in front of it."""
+    pytest.importorskip("moto")
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
+        import pyarrow.fs as pafs
+
+        pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
+                          allow_bucket_creation=True).create_dir(BUCKET)
+        with CountingProxy(f"127.0.0.1:{port}") as proxy:
+            yield proxy
+    finally:
+        stop_process(server)
+        log.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _uri(proxy, prefix: str) -> str:
+    return f"s3://{BUCKET}/{prefix}?endpoint_override={proxy.address}&scheme=http&region=us-east-1"
+
+
+def _provider(i: int) -> str:
+    return f"{{name: h{i}, kind: hashing, options: {{dim: {64 + 16 * i}}}}}"
+
+
+def _run(tmp_path, name, store, providers, stage="score"):
+    from tasks.config.spec import load_spec
+    from tasks.pipeline import Selection, run_pipeline
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SPEC.format(data=ROOT / "data" / "sample", providers=", ".join(providers),
+                                out=tmp_path / f"out-{name}", store=store, scratch=tmp_path / f"scratch-{name}"))
+    return run_pipeline(load_spec(path), Selection(stage=stage))
+
+
+def _cache_folder(i: int) -> str:
+    from tasks.providers import create_provider
+    from tasks.stages.embed import cache_dir_for
+
+    return cache_dir_for("", create_provider("hashing", {"dim": 64 + 16 * i}, None))[0].as_posix()
+
+
+def _key(exchange, prefix: str) -> str:
+    """The object key of a request, relative to the store's prefix."""
+    return exchange.path.removeprefix(f"/{BUCKET}/{prefix}/")
+
+
+def _listed(exchanges) -> list[str]:
+    return [e.query["prefix"][0] for e in exchanges if e.method == "GET" and "list-type" in e.query]
+
+
+def _objects(exchanges, method: str, prefix: str) -> set[str]:
+    return {_key(e, prefix) for e in exchanges if e.method == method and "list-type" not in e.query
+            and e.path.startswith(f"/{BUCKET}/{prefix}/")}
+
+
+def _stored_things(keys: set[str]) -> list[str]:
+    """Keys apart from the history (named by run), shards by kind (their names carry a time)."""
+    return sorted(re.sub(r"shard-\d+-[0-9a-f]+", "shard", k) for k in keys if not k.startswith("history/"))
+
+
+def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
+    providers = [_provider(i) for i in range(10)]
+    # A store holding 10 providers' embeddings, then provider h0's whole run.
+    _run(tmp_path, "fill", _uri(s3, "ten"), providers, stage="embed")
+    _run(tmp_path, "first", _uri(s3, "ten"), providers[:1])
+    s3.take()
+    rerun = _run(tmp_path, "rerun", _uri(s3, "ten"), providers[:1])  # a fresh scratch folder: a new worker
+    ten = s3.take()
+
+    assert rerun.manifest["texts"]["embedded"] == 0 and not any(i["built"] for i in rerun.manifest["indexes"])
+    fetched, written = _objects(ten, "GET", "ten"), _objects(ten, "PUT", "ten")
+    mine, others = _cache_folder(0), [_cache_folder(i) for i in range(1, 10)]
+    assert any(k.startswith(f"{mine}/shard-") for k in fetched)
+    touched = fetched | written | {p.removeprefix("ten/") for p in _listed(ten)}
+    assert not [k for k in touched if any(k.startswith(o) for o in others)]
+    # Listings are of single folders (this provider's cache, the history tables), never the
+    # store, nor all providers' caches.
+    # (The cache folder is listed each time its lock is taken: another process may have written.)
+    assert set(_listed(ten)) == {f"ten/{mine}/", "ten/history/summary/", "ten/history/per_query/"}
+    # The cached rerun writes only its own history record.
+    assert written and all(k.startswith("history/") for k in written)
+
+    # The same rerun against a store holding this provider alone fetches the same objects.
+    _run(tmp_path, "one-first", _uri(s3, "one"), providers[:1])
+    s3.take()
+    _run(tmp_path, "one-rerun", _uri(s3, "one"), providers[:1])
+    one = s3.take()
+    assert _stored_things(_objects(one, "GET", "one")) == _stored_things(fetched)
+    for e in ten + one:
+        print(e.method, e.path, {k: v for k, v in e.query.items() if k != "list-type"}, e.sent, e.received, e.status)
+    print(f"\ncached rerun, store with 10 providers: {len(ten)} requests, {sum(e.received for e in ten)} bytes "
+          f"down, {sum(e.sent for e in ten)} up; with 1 provider: {len(one)} requests, "
+          f"{sum(e.received for e in one)} bytes down, {sum(e.sent for e in one)} up")
+
+
+def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path):
+    providers = [_provider(1), _provider(2)]
+    tables = {}
+    for where, store in (("local", tmp_path / "store"), ("s3", _uri(s3, "same"))):
+        for attempt in ("first", "rerun"):
+            result = _run(tmp_path, f"{where}-{attempt}", store, providers)
+            per_query = pl.read_parquet(f"{result.output_dir}/per_query.parquet")
+            tables[where, attempt] = per_query.sort(per_query.columns)
+            assert (result.manifest["texts"]["embedded"] == 0) == (attempt == "rerun")
+    reference = tables["local", "first"]
+    assert reference.height > 0
+    for table in tables.values():
+        assert table.equals(reference)

@@ -146,3 +146,65 @@ def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path):
     assert reference.height > 0
     for table in tables.values():
         assert table.equals(reference)
+
+
+def _attached(proxy, tmp_path, prefix):
+    from tasks.store.remote import attach
+
+    return attach(_uri(proxy, prefix), tmp_path / f"scratch-{prefix}")
+
+
+def test_a_damaged_object_is_quarantined_deleted_and_rebuilt(s3, tmp_path):
+    from tasks.store.build import build_once
+
+    def build(tmp):
+        calls.append(tmp)
+        with open(tmp, "wb") as handle:
+            handle.write(b"the artifact")
+        return {"made": "here"}
+
+    calls = []
+    first = _attached(s3, tmp_path / "a", "damage")
+    build_once(first.scratch, first.scratch / "things" / "one.bin", build)
+    first.fs.open_output_stream(f"{first.root}/things/one.bin").close()  # the object truncated in the bucket
+
+    second = _attached(s3, tmp_path / "b", "damage")  # a fresh scratch folder: everything from the bucket
+    s3.take()
+    made = build_once(second.scratch, second.scratch / "things" / "one.bin", build)
+    assert made.computed and len(calls) == 2
+    with second.fs.open_input_stream(f"{second.root}/things/one.bin") as stored:
+        assert stored.read() == b"the artifact"
+    assert [p.name for p in (second.scratch / "quarantine" / "things").iterdir()][0].startswith("one.bin.")
+    # The damaged pair deleted from the bucket, the rebuilt one uploaded in order (pyarrow also
+    # PUTs a zero-byte folder marker after each delete, left out here).
+    methods = [(e.method, e.path.rsplit("/", 1)[1]) for e in s3.take()
+               if e.method in ("PUT", "DELETE") and not e.path.endswith("/")]
+    assert methods == [("DELETE", "one.bin.sha256"), ("DELETE", "one.bin"), ("PUT", "one.bin"),
+                       ("PUT", "one.bin.sha256"), ("PUT", "one.bin.json"), ("PUT", "one.bin.json.sha256")]
+
+    third = _attached(s3, tmp_path / "c", "damage")
+    again = build_once(third.scratch, third.scratch / "things" / "one.bin", build)
+    assert not again.computed and again.metadata == {"made": "here"} and len(calls) == 2
+
+
+def test_a_failed_upload_stores_nothing(s3, tmp_path):
+    from tasks.store.files import write_text
+    from tasks.store.remote import attach
+
+    scratch = attach(_uri(s3, "x").replace(BUCKET, "no-such-bucket"), tmp_path / "scratch").scratch
+    with pytest.raises(OSError, match=r"cannot write a/b.txt to the store s3://no-such-bucket/x"):
+        write_text(scratch / "a" / "b.txt", "text")
+    assert not (scratch / "a" / "b.txt").exists()
+
+
+def test_an_unknown_bucket_is_refused_before_any_work(s3, tmp_path):
+    from tasks.config.spec import load_spec
+    from tasks.stages.prepare import check_inputs
+    from tasks.store.integrity import StoreError
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(data=ROOT / "data" / "sample", providers=_provider(0), out=tmp_path / "out",
+                                store=_uri(s3, "x").replace(BUCKET, "no-such-bucket"), scratch=tmp_path / "scratch"))
+    with pytest.raises(StoreError, match=r"store_dir s3://no-such-bucket/x: bucket 'no-such-bucket' does not exist"):
+        check_inputs(load_spec(path))
+    check_inputs(load_spec(path).model_copy(update={"store_dir": _uri(s3, "x")}))

@@ -72,7 +72,13 @@ def _upload_if_in_object_store(path: Path) -> None:
     # of the finished file (tasks/store/remote.py; nothing happens for a local store).
     from tasks.store.remote import uploaded
 
-    uploaded(path)
+    try:
+        uploaded(path)
+    except BaseException:
+        # Not in the bucket means not stored: a scratch copy alone would hide the miss from
+        # this machine's next run, which would then never upload it.
+        path.unlink(missing_ok=True)
+        raise
 
 
 def current_umask() -> int:

@@ -178,6 +178,20 @@ class ObjectStore:
                     path.unlink(missing_ok=True)
 
 
+def check_reachable(uri: str) -> None:
+    """Before any work: the URI parses, and its bucket (the first path part) answers; one
+    request, no listing. Raises OSError naming the store (never its keys) and the fix."""
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+        bucket = root.strip("/").split("/", 1)[0]
+        info = fs.get_file_info(bucket)
+    except (OSError, ValueError) as error:
+        raise OSError(f"store_dir {display_uri(uri)}: cannot reach the object store ({error}); check the "
+                      "endpoint options in the URI and the credentials in the environment") from error
+    if info.type != pafs.FileType.Directory:
+        raise OSError(f"store_dir {display_uri(uri)}: bucket {bucket!r} does not exist; create it or fix the URI")
+
+
 # ---------------------------------------------------------------- finding the store of a path
 
 _attached: dict[Path, ObjectStore] = {}

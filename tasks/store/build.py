@@ -89,9 +89,10 @@ def build_once(
     path = Path(path)
     started = time.perf_counter()
     with file_lock(lock_for(path)) if lock else _no_lock():
+        here = path.exists()
         computed = force or not verify(path, store, parse)
-        if not computed:
-            fetched(metadata_path(path))  # from an object store, when not here yet
+        if not computed and not here:
+            fetched(metadata_path(path))  # the file came from an object store: its metadata too
         metadata = None
         if computed:
             holder: dict = {}

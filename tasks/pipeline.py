@@ -572,5 +572,6 @@ def local_store(spec: BenchmarkSpec) -> Iterator[BenchmarkSpec]:
         yield spec
         return
     scratch = scratch_for(spec.store_dir, spec.store_mirror)
-    log.info(f"store {display_uri(spec.store_dir)}: working through the scratch folder {scratch}")
+    log.info(f"store {display_uri(spec.store_dir)}: working through the scratch folder {scratch} "
+             f"(Dask workers on other machines: set RETBENCH_OBJECT_STORES as in this process)")
     yield spec.model_copy(update={"store_dir": str(scratch)})

@@ -34,7 +34,8 @@ def s3(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=log, stderr=subprocess.STDOUT)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                                            "RETBENCH_OBJECT_STORES")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     try:
         wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
@@ -208,3 +209,16 @@ def test_an_unknown_bucket_is_refused_before_any_work(s3, tmp_path):
     with pytest.raises(StoreError, match=r"store_dir s3://no-such-bucket/x: bucket 'no-such-bucket' does not exist"):
         check_inputs(load_spec(path))
     check_inputs(load_spec(path).model_copy(update={"store_dir": _uri(s3, "x")}))
+
+
+def test_a_worker_without_the_scratch_folder_writes_through_from_the_environment(s3, tmp_path):
+    """A Dask worker on another machine: no scratch folder, no marker, only the environment."""
+    import json
+
+    scratch = tmp_path / "elsewhere" / "scratch"
+    env = {**os.environ, "RETBENCH_OBJECT_STORES": json.dumps({str(scratch): _uri(s3, "worker")})}
+    code = ("import sys; from tasks.store.build import build_once; "
+            "build_once(sys.argv[1], sys.argv[1] + '/runs/r.parquet', lambda tmp: open(tmp, 'w').write('rows') and None)")
+    subprocess.run([sys.executable, "-c", code, str(scratch)], cwd=ROOT, env=env, check=True, timeout=120)
+    fresh = _attached(s3, tmp_path, "worker")
+    assert fresh.listing(fresh.scratch / "runs") == {"r.parquet": 4, "r.parquet.sha256": 76}

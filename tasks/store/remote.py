@@ -22,6 +22,9 @@ log = logging.getLogger("retbench.store")
 # In the scratch root; names the object store the scratch folder stands for, so that every
 # process on this machine (Dask workers, the CLI) finds it from a store path alone.
 MARKER = ".object-store.json"
+# {"<scratch folder>": "<store URI>"}: set by `attach` for child processes; set it on Dask
+# workers of other machines (the run logs the value) so they write through to the same store.
+ENVIRONMENT = "RETBENCH_OBJECT_STORES"
 
 # There are no locks on an object store. What replaces them:
 # - names are content-addressed, so an object is written once; two runs racing on one key
@@ -215,7 +218,19 @@ def attach(uri: str, scratch: str | Path) -> ObjectStore:
         os.replace(tmp, marker)
     with _attached_lock:
         _attached[store.scratch] = store
+        # Child processes started from now on (a local Dask cluster) find it without the marker.
+        os.environ[ENVIRONMENT] = json.dumps({**_from_environment(), str(store.scratch): uri})
     return store
+
+
+def _from_environment() -> dict[str, str]:
+    try:
+        stores = json.loads(os.environ.get(ENVIRONMENT) or "{}")
+    except ValueError as error:
+        raise ValueError(f"{ENVIRONMENT}: not JSON ({error}); expected {{\"<scratch folder>\": \"<store URI>\"}}") from None
+    if not isinstance(stores, dict):
+        raise ValueError(f"{ENVIRONMENT}: expected a JSON object {{\"<scratch folder>\": \"<store URI>\"}}")
+    return stores
 
 
 def store_of(path: str | Path) -> ObjectStore | None:
@@ -232,6 +247,10 @@ def store_of(path: str | Path) -> ObjectStore | None:
             with _attached_lock:
                 found = _attached.setdefault(folder, ObjectStore(uri, folder))
             return found
+    # A worker on another machine has no scratch folder yet: the environment names it.
+    for scratch, uri in _from_environment().items():
+        if path == Path(scratch) or Path(scratch) in path.parents:
+            return attach(uri, scratch)
     return None
 
 

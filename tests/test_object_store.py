@@ -222,3 +222,16 @@ def test_a_worker_without_the_scratch_folder_writes_through_from_the_environment
     subprocess.run([sys.executable, "-c", code, str(scratch)], cwd=ROOT, env=env, check=True, timeout=120)
     fresh = _attached(s3, tmp_path, "worker")
     assert fresh.listing(fresh.scratch / "runs") == {"r.parquet": 4, "r.parquet.sha256": 76}
+
+
+def test_keys_in_the_store_uri_are_refused_and_never_shown(tmp_path):
+    from tasks.store.remote import attach, check_reachable, display_uri
+
+    uri = "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/store?endpoint_override=127.0.0.1:1&scheme=http"
+    assert display_uri(uri) == "s3://bucket/store"
+    for call in (lambda: check_reachable(uri), lambda: attach(uri, tmp_path / "scratch"),
+                 lambda: check_reachable("s3://bucket/store?secret_key=wJalrXUtnFEMI")):
+        with pytest.raises(ValueError, match="credentials in the URI are not accepted") as refused:
+            call()
+        assert "wJalrXUtnFEMI" not in str(refused.value)
+    assert not (tmp_path / "scratch").exists()

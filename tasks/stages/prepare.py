@@ -82,7 +82,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     else:
         try:
             check_reachable(spec.store_dir)
-        except OSError as error:
+        except (OSError, ValueError) as error:
             raise StoreError(str(error)) from error
     for what, key, folder in folders:
         # The nearest existing ancestor must be a folder: mkdir under a file fails much later.

@@ -1,7 +1,7 @@
 """A store on an object store (s3://, gs://, ...) read and written object by object through pyarrow.fs.
 
 Stages see a local scratch folder, but nothing is mirrored whole: an object is fetched when a
-stage asks for it and uploaded the moment it is written (see "Object stores" in the README).
+stage asks for it and uploaded the moment it is written (README: "A store on an object store").
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ log = logging.getLogger("retbench.store")
 # process on this machine (Dask workers, the CLI) finds it from a store path alone.
 MARKER = ".object-store.json"
 # {"<scratch folder>": "<store URI>"}: set by `attach` for child processes; set it on Dask
-# workers of other machines (the run logs the value) so they write through to the same store.
+# workers of other machines (copied from the run's environment) so they use the same store.
 ENVIRONMENT = "RETBENCH_OBJECT_STORES"
 
 # There are no locks on an object store. What replaces them:
@@ -47,7 +47,14 @@ def is_remote(store: str | Path) -> bool:
 def display_uri(uri: str) -> str:
     """The URI without its query string (endpoint options) or user info (possible keys)."""
     parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
+
+
+def refuse_credentials(uri: str) -> None:
+    """Keys in the URI would land in the scratch marker and child processes' environment."""
+    if "@" in urlsplit(uri).netloc or any(k in uri for k in ("secret_key=", "access_key=", "session_token=")):
+        raise ValueError(f"store_dir {display_uri(uri)}: credentials in the URI are not accepted; set them in the "
+                         "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, ...) instead")
 
 
 def default_scratch(uri: str) -> Path:
@@ -183,7 +190,8 @@ class ObjectStore:
 
 def check_reachable(uri: str) -> None:
     """Before any work: the URI parses, and its bucket (the first path part) answers; one
-    request, no listing. Raises OSError naming the store (never its keys) and the fix."""
+    request, no listing. Raises OSError (ValueError for keys in the URI) naming the store and the fix."""
+    refuse_credentials(uri)
     try:
         fs, root = pafs.FileSystem.from_uri(uri)
         bucket = root.strip("/").split("/", 1)[0]
@@ -204,14 +212,14 @@ _attached_lock = threading.Lock()
 def attach(uri: str, scratch: str | Path) -> ObjectStore:
     """Point the scratch folder `scratch` at the object store `uri`: from now on files written
     under it are uploaded and missing ones fetched, in every process that sees the folder."""
+    refuse_credentials(uri)
     store = ObjectStore(uri, Path(scratch))
     store.scratch.mkdir(parents=True, exist_ok=True)
     marker = store.scratch / MARKER
     text = json.dumps({"uri": uri}) + "\n"
     if not marker.exists() or marker.read_text(encoding="utf-8") != text:
         tmp = marker.with_name(f"{MARKER}.{uuid.uuid4().hex[:8]}.tmp")
-        # The URI may carry endpoint options (never keys: those come from the environment),
-        # still readable by this user only.
+        # The URI carries endpoint options (never keys: refused above); readable by this user only.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

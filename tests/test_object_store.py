@@ -235,3 +235,29 @@ def test_keys_in_the_store_uri_are_refused_and_never_shown(tmp_path):
             call()
         assert "wJalrXUtnFEMI" not in str(refused.value)
     assert not (tmp_path / "scratch").exists()
+
+
+def test_a_shard_merged_away_elsewhere_leaves_other_scratch_folders(s3, tmp_path):
+    import pyarrow as pa
+
+    from tasks.store import shards
+
+    table = pa.table({"key": ["a", "b"]})
+    one, two = _attached(s3, tmp_path / "one", "merged"), _attached(s3, tmp_path / "two", "merged")
+    folder = "embeddings/kind-0123"
+    with shards.writing(one.scratch / folder):
+        merged_away = shards.write_shard(one.scratch / folder, table)
+    with shards.folder_lock(two.scratch / folder, shared=True):
+        assert [p.name for p in shards.shard_paths(two.scratch / folder)] == [merged_away.name]
+    with shards.writing(one.scratch / folder):
+        kept = shards.write_shard(one.scratch / folder, table)
+        shards.remove_shard(merged_away)
+    # In the second folder: the removed pair, aged past the grace period, and a pair a writer in
+    # another process has just renamed into place but not uploaded yet.
+    old = two.scratch / folder / merged_away.name
+    os.utime(f"{old}.sha256", (1, 1))
+    in_flight = two.scratch / folder / "shard-00000000000000000001-abcdef12.parquet"
+    in_flight.write_bytes(old.read_bytes())
+    in_flight.with_name(in_flight.name + ".sha256").write_text(f"{'0' * 64}  {in_flight.name}\n")
+    with shards.folder_lock(two.scratch / folder, shared=True):
+        assert [p.name for p in shards.shard_paths(two.scratch / folder)] == [in_flight.name, kept.name]

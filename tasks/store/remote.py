@@ -5,11 +5,13 @@ stage asks for it and uploaded the moment it is written (README: "A store on an 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,8 @@ MARKER = ".object-store.json"
 # {"<scratch folder>": "<store URI>"}: set by `attach` for child processes; set it on Dask
 # workers of other machines (copied from the run's environment) so they use the same store.
 ENVIRONMENT = "RETBENCH_OBJECT_STORES"
+SIDECAR = ".sha256"  # tasks.store.integrity.SIDECAR_SUFFIX (which imports this module lazily)
+STALE_SECONDS = 600
 
 # There are no locks on an object store. What replaces them:
 # - names are content-addressed, so an object is written once; two runs racing on one key
@@ -171,8 +175,11 @@ class ObjectStore:
         """Make the scratch `folder` hold the objects under its prefix: download the missing
         ones (the sidecar of a file after the file, so the pair is complete when seen);
         `keep_local=False` also deletes scratch files the store no longer holds (shards
-        merged away by another run)."""
+        merged away by another run), but only complete pairs (file and sidecar) whose sidecar
+        is older than `STALE_SECONDS`: a writer in another process may have renamed its file
+        into place and not uploaded it yet."""
         folder = Path(folder)
+        listed_at = time.time()
         remote = self.listing(folder, recursive)
         names = sorted(remote, key=lambda n: (n.endswith(".sha256"), n))
         for name in names:
@@ -183,9 +190,14 @@ class ObjectStore:
                 target.unlink()  # another size: a file from an older attempt
             self.fetch(target)
         if not keep_local and folder.is_dir():
-            for path in folder.iterdir():
-                if path.is_file() and self.key(path) is not None and path.name not in remote:
-                    path.unlink(missing_ok=True)
+            for path in folder.glob(f"*{SIDECAR}"):
+                data = path.with_name(path.name[:-len(SIDECAR)])
+                if path.name in remote or data.name in remote or self.key(data) is None:
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # another process got there first
+                    if path.stat().st_mtime < listed_at - STALE_SECONDS:
+                        data.unlink(missing_ok=True)
+                        path.unlink(missing_ok=True)
 
 
 def check_reachable(uri: str) -> None:

@@ -101,8 +101,9 @@ def main() -> None:
         stop_process(server)
         log.close()
 
-    print(f"cached rerun of provider h0 (sample collection), store holding 1 vs {args.providers} providers")
-    print(f"{'store':>10} {'rerun':>6} {'requests':>9} {'GET':>5} {'HEAD':>5} {'LIST':>5} {'PUT':>5} {'other':>5} "
+    print(f"runs of provider h0 (sample collection), store holding 1 vs {args.providers} providers; "
+          "first: its first full run, cold: cached rerun from a fresh scratch folder, warm: from the same one")
+    print(f"{'store':>10} {'run':>6} {'requests':>9} {'GET':>5} {'HEAD':>5} {'LIST':>5} {'PUT':>5} {'other':>5} "
           f"{'bytes down':>11} {'bytes up':>9}")
     totals = {}
     for count, kind, seen in rows:

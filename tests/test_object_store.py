@@ -127,8 +127,6 @@ def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
     _run(tmp_path, "one-rerun", _uri(s3, "one"), providers[:1])
     one = s3.take()
     assert _stored_things(_objects(one, "GET", "one")) == _stored_things(fetched)
-    for e in ten + one:
-        print(e.method, e.path, {k: v for k, v in e.query.items() if k != "list-type"}, e.sent, e.received, e.status)
     print(f"\ncached rerun, store with 10 providers: {len(ten)} requests, {sum(e.received for e in ten)} bytes "
           f"down, {sum(e.sent for e in ten)} up; with 1 provider: {len(one)} requests, "
           f"{sum(e.received for e in one)} bytes down, {sum(e.sent for e in one)} up")

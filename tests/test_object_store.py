@@ -132,7 +132,7 @@ def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
           f"{sum(e.received for e in one)} bytes down, {sum(e.sent for e in one)} up")
 
 
-def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path):
+def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path, capsys):
     providers = [_provider(1), _provider(2)]
     tables = {}
     for where, store in (("local", tmp_path / "store"), ("s3", _uri(s3, "same"))):
@@ -145,6 +145,19 @@ def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path):
     assert reference.height > 0
     for table in tables.values():
         assert table.equals(reference)
+
+    # `retbench history` on the bucket, from a scratch folder of its own: both runs, and the
+    # only objects it reads are the history summaries.
+    from flows.cli import main
+
+    s3.take()
+    capsys.readouterr()
+    spec = tmp_path / "s3-rerun.yaml"
+    spec.write_text(spec.read_text().replace("scratch-s3-rerun", "scratch-history"))
+    assert main(["history", str(spec)]) == 0
+    assert len(re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d ", capsys.readouterr().out, re.M)) == 2  # a row per run
+    fetched = _objects(s3.take(), "GET", "same")
+    assert len(fetched) == 2 and all(k.startswith("history/summary/") for k in fetched)
 
 
 def _attached(proxy, tmp_path, prefix):

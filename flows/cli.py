@@ -97,15 +97,13 @@ def _history(args) -> int:
 
     from tasks.analysis import history
     from tasks.reporting.tables import text_table
-    from tasks.store.remote import StoreMirror, default_mirror, is_remote
+    from tasks.store.remote import is_remote, scratch_for
     from tasks.config.spec import load_spec
 
     spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
     store = spec.store_dir
     if is_remote(store):
-        mirror = StoreMirror(store, spec.store_mirror or default_mirror(store))
-        mirror.pull()
-        store = mirror.local
+        store = scratch_for(store, spec.store_mirror)  # history/summary/ is fetched, nothing else
     measures = history.recorded_measures(store, spec.name)
     if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")

@@ -363,7 +363,7 @@ def run_pipeline(
     on_published: Callable[[Any], None] | None = None,
 ) -> PipelineResult:
     """Run the benchmark described by `spec` up to `selection.stage`; a remote store
-    (s3://...) is worked on through a local mirror, pushed back also after a failure."""
+    (s3://...) is read and written object by object through a local scratch folder."""
     from tasks.stages.prepare import check_inputs
 
     check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
@@ -569,15 +569,14 @@ def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
 @contextmanager
 def local_store(spec: BenchmarkSpec) -> Iterator[BenchmarkSpec]:
     """The spec itself for a local store; for an object store, the spec pointed at a local
-    mirror that is pulled first and pushed back afterwards, also after a failure."""
-    from tasks.store.remote import StoreMirror, default_mirror, display_uri, is_remote
+    scratch folder attached to it: objects are fetched when a stage asks for them and
+    uploaded as they are written (tasks/store/remote.py), nothing is mirrored whole."""
+    from tasks.store.remote import display_uri, is_remote, scratch_for
 
     if not is_remote(spec.store_dir):
         yield spec
         return
-    mirror = StoreMirror(spec.store_dir, spec.store_mirror or default_mirror(spec.store_dir))
-    log.info(f"store {display_uri(spec.store_dir)}: pulled {mirror.pull()} files into {mirror.local}")
-    try:
-        yield spec.model_copy(update={"store_dir": str(mirror.local)})
-    finally:
-        log.info(f"store {display_uri(spec.store_dir)}: pushed {mirror.push()} files")
+    scratch = scratch_for(spec.store_dir, spec.store_mirror)
+    log.info(f"store {display_uri(spec.store_dir)}: working through the scratch folder {scratch} "
+             f"(Dask workers on other machines: set RETBENCH_OBJECT_STORES as in this process)")
+    yield spec.model_copy(update={"store_dir": str(scratch)})

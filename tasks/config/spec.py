@@ -142,7 +142,7 @@ class BenchmarkSpec(_Strict):
     depth: int = Field(100, ge=1, description="documents retrieved per query (MRR and MAP look this deep)")
     output_dir: Path = Path("out")
     store_dir: str = Field(".store", description="a local folder, or an object-store URI such as s3://bucket/prefix")
-    store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
+    store_mirror: Path | None = Field(None, description="local scratch folder of a remote store: objects fetched on demand, uploaded as written (default ~/.cache/retbench/scratch/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")

@@ -74,7 +74,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     from tasks.stages.dataset import DatasetError
     from tasks.stages.filter_fields import check_filter_fields
     from tasks.store.integrity import StoreError
-    from tasks.store.remote import is_remote
+    from tasks.store.remote import check_reachable, is_remote
 
     dataset = spec.dataset
     if not dataset.path.exists():
@@ -88,6 +88,11 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     folders = [("output", "output_dir", Path(spec.output_dir))]
     if not is_remote(spec.store_dir):
         folders.append(("store", "store_dir", Path(spec.store_dir)))
+    else:
+        try:
+            check_reachable(spec.store_dir)
+        except (OSError, ValueError) as error:
+            raise StoreError(str(error)) from error
     for what, key, folder in folders:
         # The nearest existing ancestor must be a folder: mkdir under a file fails much later.
         existing = next((p for p in (folder, *folder.parents) if p.exists()), None)

@@ -69,21 +69,26 @@ def _run(args) -> int:
     spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
     select_providers(spec, args.providers)
     check_inputs(spec)
-    from flows.benchmark import with_task_runner
-    from flows.errors import quiet_expected_failures
-    from flows.prefect_server import start_ephemeral_server, stop_ephemeral_server
+    from flows.prefect_server import launch_embedded_api
 
-    if not args.debug:
-        quiet_expected_failures()
-    server = start_ephemeral_server()
+    # The API server boots (seconds of imports and migrations, in its own process) while this
+    # process imports the pipeline and Prefect.
+    api = launch_embedded_api()
     try:
+        from flows.benchmark import with_task_runner
+        from flows.errors import quiet_expected_failures
+
+        if not args.debug:
+            quiet_expected_failures()
+        if api is not None:
+            api.wait_until_ready()
         with_task_runner(args.dask)(
             str(args.spec), output_dir=output_dir, store_dir=store_dir,
             stage=args.stage, providers=args.providers, force=args.force, remeasure=args.remeasure,
         )
     finally:
-        if server is not None:
-            stop_ephemeral_server(server)  # now, so that an error line printed after this is the last line
+        if api is not None:
+            api.stop()  # now, so that an error line printed after this is the last line
     return 0
 
 
@@ -92,15 +97,13 @@ def _history(args) -> int:
 
     from tasks.analysis import history
     from tasks.reporting.tables import text_table
-    from tasks.store.remote import StoreMirror, default_mirror, is_remote
+    from tasks.store.remote import is_remote, scratch_for
     from tasks.config.spec import load_spec
 
     spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
     store = spec.store_dir
     if is_remote(store):
-        mirror = StoreMirror(store, spec.store_mirror or default_mirror(store))
-        mirror.pull()
-        store = mirror.local
+        store = scratch_for(store, spec.store_mirror)  # history/summary/ is fetched, nothing else
     measures = history.recorded_measures(store, spec.name)
     if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")

@@ -1,21 +1,31 @@
-"""The embedded Prefect API server of a `retbench run`, tied to this process's life:
-a run killed with SIGKILL (no atexit, no cleanup) leaves no server process behind.
+"""The embedded Prefect API server of a `retbench run`: launched before Prefect is imported,
+so that it boots while this process loads the pipeline, and tied to this process's life,
+so that a run killed with SIGKILL (no atexit, no cleanup) leaves no server process behind.
 
-Prefect 3 starts its "ephemeral" API as a child process (`python -m uvicorn ...
-prefect.server.api.server:create_app`, SubprocessASGIServer) and stops it from an
-atexit hook, which a SIGKILL skips. Here the child asks the kernel for SIGTERM when
-its parent dies (prctl PR_SET_PDEATHSIG), set between fork and exec.
+Prefect 3's own "ephemeral" mode starts the same server (`python -m uvicorn --factory
+prefect.server.api.server:create_app`, SubprocessASGIServer) lazily, from the first client,
+and waits for it there: the server's seconds of imports and migrations then come on top of
+ours, and importing SubprocessASGIServer imports the whole server into this process too.
+Here the child is launched first, with the environment Prefect gives it, and Prefect is
+pointed at it through PREFECT_API_URL before it is imported. The child asks the kernel for
+SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), set between fork and exec.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
-import types
+import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# What SubprocessASGIServer._run_uvicorn_command adds to the environment (Prefect 3.4-3.9).
+_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 
 
 def _die_with_parent(parent_pid: int, prctl) -> None:
@@ -25,47 +35,91 @@ def _die_with_parent(parent_pid: int, prctl) -> None:
         os._exit(1)
 
 
-class _SubprocessDyingWithParent(types.ModuleType):
-    """`subprocess` as Prefect's server module sees it: its Popen children get a parent-death signal."""
-
-    def __init__(self) -> None:
-        super().__init__("subprocess")
-        self._prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
-
-    def __getattr__(self, name: str):
-        return getattr(subprocess, name)
-
-    def Popen(self, *args, **kwargs):  # noqa: N802 - same name as what it stands for
-        parent = os.getpid()
-        kwargs.setdefault("preexec_fn", lambda: _die_with_parent(parent, self._prctl))
-        return subprocess.Popen(*args, **kwargs)
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
-def start_ephemeral_server():
-    """Start Prefect's embedded API server now, from this (the main) thread, so that it dies
-    with this process; returns the server (to stop) or None when an API URL is configured.
+class EmbeddedApi:
+    """A launched API server process: wait for it with `wait_until_ready`, end it with `stop`."""
 
-    The parent-death signal fires when the *thread* that forked the child ends, so the server
-    must not be started lazily from one of Prefect's worker threads: started here first, the
-    later lazy starts find it running (SubprocessASGIServer is a per-port singleton).
+    def __init__(self, process: subprocess.Popen, port: int, log_path: Path):
+        self.process, self.port, self.log_path = process, port, log_path
+        self.api_url = f"http://127.0.0.1:{port}/api"
+
+    def wait_until_ready(self) -> None:
+        """Block until the server answers its health check, within Prefect's start-up timeout."""
+        import httpx
+
+        timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90"))
+        deadline = time.monotonic() + timeout
+        with httpx.Client() as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the embedded Prefect API server exited with code "
+                                       f"{self.process.returncode} while starting (port {self.port}); "
+                                       f"its log: {self.log_path}")
+                try:
+                    if client.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+        raise RuntimeError(f"the embedded Prefect API server did not answer within {timeout:.0f} s; "
+                           "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a busy machine")
+
+    def stop(self) -> None:
+        """Send the logs still queued for the API, then stop the server (instead of at exit,
+        so that a line printed after this is the last one)."""
+        if self.process.poll() is None:
+            _flush_api_logs()
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def launch_embedded_api() -> EmbeddedApi | None:
+    """Launch the embedded API server now, from this (the main) thread, without waiting for it,
+    and point Prefect at it; None when an API URL is configured or embedded mode is off.
+
+    Must run before Prefect is imported (Prefect reads PREFECT_API_URL into its settings then).
+    The parent-death signal fires when the *thread* that forked the child ends: the main
+    thread lives as long as the run.
     """
-    if not sys.platform.startswith("linux"):
+    if "prefect" in sys.modules:
+        raise RuntimeError("launch_embedded_api() must run before Prefect is imported")
+    if not sys.platform.startswith("linux") or os.environ.get("PREFECT_API_URL"):
         return None
-    from prefect.server.api import server as server_module
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+    if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() in {"0", "false", "no"}:
         return None
-    if not isinstance(server_module.subprocess, _SubprocessDyingWithParent):
-        server_module.subprocess = _SubprocessDyingWithParent()
-    server = server_module.SubprocessASGIServer()
-    server.start()
-    return server
+    prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
+    port = _free_loopback_port()
+    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
+    # The server's own messages (e.g. a request cut off when it is stopped at the end of a run)
+    # go to a file in PREFECT_HOME, not into the run's console output.
+    log_path = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")) / "embedded-api.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent), "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "error", "--lifespan", "on"],
+            env={**os.environ, **_SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=lambda: _die_with_parent(parent, prctl),
+        )
+    api = EmbeddedApi(process, port, log_path)
+    atexit.register(api.stop)
+    os.environ["PREFECT_API_URL"] = api.api_url
+    return api
 
 
-def stop_ephemeral_server(server) -> None:
-    """Send the logs still queued for the API, then stop the server (instead of at exit,
-    so that a line printed after this is the last one)."""
+def _flush_api_logs() -> None:
+    if "prefect.logging.handlers" not in sys.modules:
+        return
     import logging
 
     from prefect.logging.handlers import APILogHandler
@@ -74,4 +128,3 @@ def stop_ephemeral_server(server) -> None:
                                        if isinstance(logger, logging.Logger)]
     for handler in {h for logger in loggers for h in logger.handlers if isinstance(h, APILogHandler)}:
         handler.flush()
-    server.stop()

@@ -263,11 +263,11 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
 
 
 def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
-    """Filtered IVF search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
+    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
     import faiss
 
     from tasks.stages.embed import load_vectors
-    from tasks.stages.filtered_ann import filtered_fidelity
+    from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
     from tasks.stages.index import load_index
     from tasks.store.files import write_parquet
 
@@ -282,6 +282,8 @@ def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: Be
         nlist = faiss.extract_index_ivf(index).nlist
         probes = sorted({min(n, nlist) for n in nprobes})
         indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+    if config.hnsw is not None:
+        indexes.append(stored_hnsw(doc_set, config.hnsw, spec.store_dir))
     table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
                               config.seed, spec.statistics.resamples, tuple(config.overfetch))
     table = table.with_columns(provider=pl.lit(doc_set.provider)).select("provider", *table.columns)
@@ -392,7 +394,10 @@ def run_pipeline(
     on_published: Callable[[Any], None] | None = None,
 ) -> PipelineResult:
     """Run the benchmark described by `spec` up to `selection.stage`; a remote store
-    (s3://...) is worked on through a local mirror, pushed back also after a failure."""
+    (s3://...) is read and written object by object through a local scratch folder."""
+    from tasks.stages.prepare import check_inputs
+
+    check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
     with local_store(spec) as spec:
         return _run(spec, selection, spec_path, runner or Runner(), run_id or str(uuid.uuid4()), make_provider,
                     on_published)
@@ -616,15 +621,14 @@ def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
 @contextmanager
 def local_store(spec: BenchmarkSpec) -> Iterator[BenchmarkSpec]:
     """The spec itself for a local store; for an object store, the spec pointed at a local
-    mirror that is pulled first and pushed back afterwards, also after a failure."""
-    from tasks.store.remote import StoreMirror, default_mirror, display_uri, is_remote
+    scratch folder attached to it: objects are fetched when a stage asks for them and
+    uploaded as they are written (tasks/store/remote.py), nothing is mirrored whole."""
+    from tasks.store.remote import display_uri, is_remote, scratch_for
 
     if not is_remote(spec.store_dir):
         yield spec
         return
-    mirror = StoreMirror(spec.store_dir, spec.store_mirror or default_mirror(spec.store_dir))
-    log.info(f"store {display_uri(spec.store_dir)}: pulled {mirror.pull()} files into {mirror.local}")
-    try:
-        yield spec.model_copy(update={"store_dir": str(mirror.local)})
-    finally:
-        log.info(f"store {display_uri(spec.store_dir)}: pushed {mirror.push()} files")
+    scratch = scratch_for(spec.store_dir, spec.store_mirror)
+    log.info(f"store {display_uri(spec.store_dir)}: working through the scratch folder {scratch} "
+             f"(Dask workers on other machines: set RETBENCH_OBJECT_STORES as in this process)")
+    yield spec.model_copy(update={"store_dir": str(scratch)})

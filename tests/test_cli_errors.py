@@ -164,3 +164,32 @@ def test_expected_failures_and_their_one_line(tmp_path):
     # A bug is not an expected failure: it keeps its traceback.
     assert expected_failure(raised(lambda: write_bytes(tmp_path / "x", "not bytes"))) is None
     assert expected_failure(KeyError("x")) is None
+
+
+def test_missing_key_variable_is_one_line_before_prefect_starts(tmp_path, monkeypatch):
+    from tasks.config.spec import load_spec
+    from tasks.providers.secrets import SecretLookupError
+    from tasks.stages.prepare import check_inputs
+
+    tiny_collection(tmp_path / "data")
+    provider = ("{name: api, kind: openai-compatible, options: {base_url: 'http://127.0.0.1:9/v1', model: m, "
+                "api_key_env: RETBENCH_SURELY_UNSET, query_params_env: {sig: RETBENCH_SIG_UNSET}}}")
+    spec = write_spec(tmp_path, provider=provider)
+    monkeypatch.delenv("RETBENCH_SURELY_UNSET", raising=False)
+    monkeypatch.delenv("RETBENCH_SIG_UNSET", raising=False)
+    with pytest.raises(SecretLookupError, match=r"^providers\[0\]\.options\.api_key_env: environment variable "
+                                                r"RETBENCH_SURELY_UNSET is not set"):
+        check_inputs(load_spec(spec))
+    monkeypatch.setenv("RETBENCH_SURELY_UNSET", "a-key")
+    with pytest.raises(SecretLookupError, match=r"^providers\[0\]\.options\.query_params_env\.sig: environment "
+                                                r"variable RETBENCH_SIG_UNSET is not set"):
+        check_inputs(load_spec(spec))
+    monkeypatch.delenv("RETBENCH_SURELY_UNSET")
+    # Through the command: one line, exit 2, and no Prefect server was started (no Prefect output at all).
+    prefect_home = tmp_path / "prefect-home"
+    done = retbench("run", spec, cwd=tmp_path, prefect_home=prefect_home)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "retbench: providers[0].options.api_key_env: environment variable RETBENCH_SURELY_UNSET is not set (or empty); "
+        "export it before the run (keys are read from the environment or a Prefect Secret block, never from the spec)"]
+    assert not (prefect_home / "embedded-api.log").exists()

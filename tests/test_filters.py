@@ -55,7 +55,7 @@ def test_matches_is_equality_and_membership_and_a_missing_field_fails():
 
 
 @pytest.mark.parametrize("query, message", [
-    ({"filter": {"prodcut": "cards"}}, "queries.jsonl:1: filter field 'prodcut' is not a metadata field of any document (known: product, year)"),
+    ({"filter": {"prodcut": "cards"}}, "queries.jsonl:1: filter field 'prodcut' is not a metadata field of any document (known: product, year; did you mean 'product'?)"),
     ({"filter": "cards"}, "queries.jsonl:1: field 'filter' must be a non-empty object"),
     ({"filter": {"product": {"in": ["cards"]}}}, "queries.jsonl:1: filter field 'product' must be a string, number or boolean, or a non-empty list"),
     ({"filter": {"product": []}}, "non-empty list"),
@@ -156,6 +156,49 @@ def test_filtered_ivf_recall_falls_with_selectivity_and_full_probing_is_exact():
     assert post["neighbour_recall"][0] < 0.5
 
 
+def _circle(n: int = 36) -> np.ndarray:
+    """Unit vectors at 0, 10, 20, ... degrees: cosine order is angle order, checkable by hand."""
+    angles = np.radians(np.arange(n) * 360 / n)
+    return np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+
+
+def test_filtered_hnsw_by_hand_on_a_circle():
+    docs = _circle()
+    query = np.array([[np.cos(np.radians(4)), np.sin(np.radians(4))]], dtype=np.float32)  # 4 degrees
+    hnsw = faiss.IndexHNSWFlat(2, 4, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(docs)
+    # allowed: 10, 50, 90 and 200 degrees, 6, 46, 86 and 196 degrees from the query
+    allowed = np.array([1, 5, 9, 20], dtype=np.int64)
+    selector = faiss.IDSelectorBatch(allowed)
+    _, ids = hnsw.search(query, 3, params=faiss.SearchParametersHNSW(sel=selector, efSearch=36))
+    assert ids.tolist() == [[1, 5, 9]]
+    _, free = hnsw.search(query, 3, params=faiss.SearchParametersHNSW(efSearch=36))
+    assert free.tolist() == [[0, 1, 35]]  # 4, 6 and 14 degrees away
+    # the fidelity table's rows for this filter: HNSW finds the filtered exact top 3
+    table = filtered_fidelity(docs, query, [("hnsw", hnsw, [{"efSearch": 36}])], k=3, resamples=10,
+                              filters=[("by hand", 0.11, allowed)], overfetch=(2,))
+    rows = {r["index"]: r for r in table.iter_rows(named=True)}
+    assert rows["hnsw"]["params"] == '{"efSearch": 36}' and rows["hnsw"]["allowed"] == 4
+    assert rows["hnsw"]["neighbour_recall"] == 1.0 and rows["hnsw"]["starved_queries"] == 0
+    # post-filtering the unfiltered top 6 (0, 1, 35, 2, 34, 3) keeps only row 1: 2 of 3 are missing
+    post = rows["flat+postfilter x2"]
+    assert post["neighbour_recall"] == pytest.approx(1 / 3) and post["starved_queries"] == 1
+
+
+def test_filtered_hnsw_recall_falls_with_selectivity_and_a_full_ef_is_exact():
+    data = SyntheticDataset(d=32, nb=4000, nq=60, clusters=20)
+    docs = data.documents()
+    queries = data.queries(docs)
+    hnsw = faiss.IndexHNSWFlat(32, 16, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(docs)
+    table = filtered_fidelity(docs, queries, [("hnsw", hnsw, [{"efSearch": 16}, {"efSearch": 4000}])],
+                              kinds=("random",), resamples=100)
+    full = table.filter(pl.col("params") == '{"efSearch": 4000}')
+    assert (full["neighbour_recall"] == 1.0).all() and (full["starved_queries"] == 0).all()
+    small = table.filter(pl.col("params") == '{"efSearch": 16}').sort("selectivity")["neighbour_recall"].to_list()
+    assert small[0] < small[2] - 0.2  # a 1% filter costs HNSW far more than a 50% one
+
+
 # ---------------------------------------------------------------- the sample, end to end
 
 SPEC = """
@@ -166,7 +209,7 @@ providers: [{{name: hashing, kind: hashing}}]
 indexes: {{ivf: {{nprobe: [1, 100]}}}}
 statistics: {{resamples: 100, permutations: 100}}
 history: {{enabled: false}}
-filter_sweep: {{selectivities: [0.5, 0.1, 0.01], kinds: [random]}}
+filter_sweep: {{selectivities: [0.5, 0.1, 0.01], kinds: [random], hnsw: {{M: 16, ef_search: [16, 1000]}}}}
 output_dir: {out}
 store_dir: {store}
 """
@@ -214,3 +257,9 @@ def test_filtered_ann_table_on_the_run_vectors(filtered_run):
     assert set(table["selectivity"]) == {0.5, 0.1, 0.01} and set(table["provider"]) == {"hashing"}
     probes = table.filter(pl.col("index").str.starts_with("ivf"))["params"].unique().to_list()
     assert len(probes) == 2
+    hnsw = table.filter(pl.col("index") == "hnsw_M-16_efc-40")
+    assert sorted(hnsw["params"].unique()) == ['{"efSearch": 1000}', '{"efSearch": 16}']
+    assert hnsw.height == 6  # 3 selectivities x 2 efSearch, the same columns as the IVF rows
+    # efSearch above the number of vectors explores the whole graph: filtered HNSW is exact
+    full = hnsw.filter(pl.col("params") == '{"efSearch": 1000}')
+    assert (full["neighbour_recall"] == 1.0).all() and (full["starved_queries"] == 0).all()

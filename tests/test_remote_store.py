@@ -46,9 +46,10 @@ def s3_endpoint(tmp_path_factory):
                 os.environ[key] = value
 
 
-def test_store_on_s3_is_shared_between_mirrors(s3_endpoint, tmp_path, prefect_harness):
+def test_store_on_s3_is_shared_between_scratch_folders(s3_endpoint, tmp_path, prefect_harness):
+    import pyarrow.fs as pafs
+
     from flows.benchmark import benchmark
-    from tasks.store.remote import StoreMirror
 
     uri = f"s3://retbench-test/store?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
     manifests = []
@@ -59,10 +60,11 @@ def test_store_on_s3_is_shared_between_mirrors(s3_endpoint, tmp_path, prefect_ha
         manifests.append(json.loads((tmp_path / attempt / "manifest.json").read_text()))
     first, second = manifests
     assert first["texts"]["embedded"] > 0
-    # A fresh mirror served everything from the object store.
+    # A fresh scratch folder served everything from the object store.
     assert second["texts"] == {"embedded": 0, "from_cache": first["texts"]["embedded"]}
     assert not any(i["built"] for i in second["indexes"])
-    remote = StoreMirror(uri, tmp_path / "check")._remote_files()
+    fs, root = pafs.FileSystem.from_uri(uri)
+    remote = [i.path[len(root) + 1:] for i in fs.get_file_info(pafs.FileSelector(root, recursive=True))]
     assert any(name.startswith("embeddings/hashing-") for name in remote)
     assert any(name.endswith("flat.faiss") for name in remote)
     assert any(name.startswith("history/summary/date=") for name in remote)

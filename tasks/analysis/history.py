@@ -19,6 +19,7 @@ from tasks.analysis.breakdown import paired_comparison
 from tasks.store.files import stable_hash as fingerprint_hash  # the embedding cache hashes fingerprints so
 from tasks.analysis.score import SETTING
 from tasks.store.files import write_parquet
+from tasks.store.remote import fetch_history
 
 RUN_COLUMNS = ["run_id", "finished_at", "spec_name", "spec_hash", "dataset_hash", "git_commit"]
 STAMP_TYPES = {"run_id": pl.String, "spec_name": pl.String, "spec_hash": pl.String, "dataset_hash": pl.String,
@@ -52,9 +53,13 @@ def append_run(store: str | Path, run_id: str, manifest: dict, summary: pl.DataF
     write_parquet(per_query, history_dir(store) / "per_query" / f"date={date}" / f"{run_id}.parquet")
 
 
-def _scan(store: str | Path, table: str) -> pl.LazyFrame | None:
+def _scan(store: str | Path, table: str, run_id: str | None = None) -> pl.LazyFrame | None:
     root = history_dir(store) / table
-    files = sorted(root.glob("date=*/*.parquet"))
+    name = f"{run_id}.parquet" if run_id else "*.parquet"
+    # On an object store: the run files under this table's prefix are fetched (only the one
+    # run's file when `run_id` is given; the summaries are small, one per run).
+    fetch_history(root, run_id)
+    files = sorted(root.glob(f"date=*/{name}"))
     if not files:
         return None
     # One scan per run file, cast to the stamp types: files written before the stamp was
@@ -79,7 +84,7 @@ def runs_of(store: str | Path, spec_name: str) -> pl.DataFrame:
 
 
 def per_query_of(store: str | Path, run_id: str) -> pl.DataFrame:
-    scan = _scan(store, "per_query")
+    scan = _scan(store, "per_query", run_id)
     if scan is None:
         return pl.DataFrame()
     return scan.filter(pl.col("run_id") == run_id).select(*SETTING, "query_id", "measure", "value").collect()

@@ -36,6 +36,14 @@ class DatasetSpec(_Strict):
     grade_map: dict[int, int] | None = None
     unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
+    metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
+                                              "query filters may use; checked against the files before any work")
+
+    @model_validator(mode="after")
+    def _metadata_fields_need_filters(self):
+        if self.metadata_fields is not None and self.format != "jsonl":
+            raise ValueError(f"metadata_fields: only the jsonl format carries query filters (format is {self.format!r})")
+        return self
 
 
 class ChunkingSpec(_Strict):
@@ -134,7 +142,7 @@ class BenchmarkSpec(_Strict):
     depth: int = Field(100, ge=1, description="documents retrieved per query (MRR and MAP look this deep)")
     output_dir: Path = Path("out")
     store_dir: str = Field(".store", description="a local folder, or an object-store URI such as s3://bucket/prefix")
-    store_mirror: Path | None = Field(None, description="local working copy of a remote store (default ~/.cache/retbench/mirrors/...)")
+    store_mirror: Path | None = Field(None, description="local scratch folder of a remote store: objects fetched on demand, uploaded as written (default ~/.cache/retbench/scratch/...)")
     history: HistorySpec = Field(default_factory=HistorySpec)
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")

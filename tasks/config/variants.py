@@ -46,9 +46,26 @@ class QueriesSpec(BaseModel):
     variants: list[QueryVariantSpec] = Field(default_factory=list)
 
 
+class FilterHNSWSpec(BaseModel):
+    """The HNSW index the filter sweep builds on the run's vectors (stored, shared with the ANN sweep)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    M: int = Field(32, ge=2, description="build-time graph degree")
+    ef_construction: int = Field(40, ge=1, description="build-time")
+    ef_search: list[int] = Field(default_factory=lambda: [16, 64, 256], description="query-time, each a row")
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if not self.ef_search or any(e < 1 for e in self.ef_search):
+            raise ValueError("ef_search must be a non-empty list of positive integers")
+        self.ef_search = sorted(set(self.ef_search))
+        return self
+
+
 class FilterSweepSpec(BaseModel):
-    """Recall that a metadata filter costs the IVF index, against filtered exact search, on the
-    run's own vectors with synthetic filters of these selectivities (tasks/stages/filtered_ann.py)."""
+    """Recall that a metadata filter costs the IVF and HNSW indexes, against filtered exact search,
+    on the run's own vectors with synthetic filters of these selectivities (tasks/stages/filtered_ann.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +74,7 @@ class FilterSweepSpec(BaseModel):
     k: int = Field(10, ge=1)
     overfetch: list[int] = Field(default_factory=lambda: [10], description="post-filtering after fetching k x factor")
     seed: int = 0
+    hnsw: FilterHNSWSpec | None = Field(default_factory=FilterHNSWSpec, description="null: IVF only")
 
     @model_validator(mode="after")
     def _fractions(self):

@@ -7,6 +7,7 @@ and `redact` scrubs them from any text (error bodies, messages) before it is rai
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -72,3 +73,17 @@ def url_query_values(url: str) -> list[str]:
         return [value for _, value in httpx.URL(url).params.multi_items()]
     except (httpx.InvalidURL, TypeError):
         return []
+
+
+def env_references(options: Any) -> list[tuple[str, str]]:
+    """(option key, variable name) of every secret a provider's or reranker's validated
+    options read from the environment: what a run will need set before it starts."""
+    references = []
+    env = getattr(options, "api_key_env", None)
+    # An explicit Secret block wins over a kind's default variable (as in HttpProvider.api_key).
+    if env and not (getattr(options, "api_key_secret", None) and "api_key_env" not in options.model_fields_set):
+        references.append(("api_key_env", env))
+    for field in ("secret_headers", "query_params_env"):
+        for name, variable in (getattr(options, field, None) or {}).items():
+            references.append((f"{field}.{name}", variable))
+    return references

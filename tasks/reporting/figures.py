@@ -3,10 +3,19 @@ the data to draw it is missing. Labels are placed in legends or on axes, never o
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import io
 import json
+from contextlib import contextmanager
+from contextvars import ContextVar
+from importlib.metadata import version
+from pathlib import Path
 
 import polars as pl
+
+from tasks.store.build import build_once
+from tasks.store.files import file_sha256, stable_hash
 
 DPI = 100
 WIDTH = 10.0  # inches: 1000 px, inside the page's 1100 px column
@@ -18,6 +27,54 @@ def safe(text: str, limit: int = 40) -> str:
     text = " ".join(str(text).split())
     text = text if len(text) <= limit else text[: limit - 1] + "…"
     return text.replace("$", r"\$")
+
+
+# Where drawn figures are kept, keyed by what they show (None: draw every time). A cached rerun
+# then redraws only what changed, and usually imports no matplotlib at all (seconds).
+_CACHE_DIR: ContextVar[Path | None] = ContextVar("figure_cache", default=None)
+
+
+@contextmanager
+def cached_in(store: str | Path | None):
+    """Within the block, figures are read from / kept in the store's `figures/` folder."""
+    token = _CACHE_DIR.set(Path(store) if store is not None else None)
+    try:
+        yield
+    finally:
+        _CACHE_DIR.reset(token)
+
+
+def _digest(value) -> str:
+    if isinstance(value, pl.DataFrame):
+        buffer = io.BytesIO()
+        value.write_ipc(buffer)
+        return hashlib.sha256(buffer.getvalue()).hexdigest()
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _memoised(draw):
+    """A figure function whose result is kept in the store (the one build routine: checksummed,
+    verified on reuse), keyed by its arguments, this module's code and matplotlib's version."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        store = _CACHE_DIR.get()
+        if store is None:
+            return draw(*args, **kwargs)
+        key = stable_hash("figure-v1", file_sha256(__file__), version("matplotlib"), draw.__name__,
+                          [_digest(a) for a in args], {k: _digest(v) for k, v in sorted(kwargs.items())})
+        drawn = []
+
+        def build(tmp: str) -> None:
+            drawn.append(draw(*args, **kwargs))
+            Path(tmp).write_text(json.dumps({"value": drawn[0], "tuple": isinstance(drawn[0], tuple)}))
+
+        path = store / "figures" / f"{key[:40]}.json"
+        build_once(store, path, build, parse=lambda p: json.loads(p.read_text()))
+        if drawn:
+            return drawn[0]
+        kept = json.loads(path.read_text())
+        return tuple(kept["value"]) if kept["tuple"] else kept["value"]
+    return wrapper
 
 
 def _pyplot():
@@ -37,6 +94,7 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+@_memoised
 def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str) -> str:
     """Horizontal bars of the measure per setting, best at the top, 95% interval whiskers."""
     plt = _pyplot()
@@ -75,6 +133,7 @@ TRADEOFFS = (
 )
 
 
+@_memoised
 def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[str], dict[str, list[str]]]:
     """Quality against cost, latency and index size, one panel each where measured, Pareto
     fronts as step lines; returns the PNG, the panels drawn and each panel's front labels."""
@@ -127,6 +186,7 @@ def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[st
     return _png(figure), [t for _, t, _ in panels], fronts
 
 
+@_memoised
 def sweep_plot(sweep: pl.DataFrame, recommendations: dict) -> str | None:
     """Neighbour recall@k vs batched QPS per provider, one line per built index, recommended ringed."""
     recall = next((c for c in sweep.columns if c.startswith("neighbour_recall@")), None)
@@ -173,6 +233,7 @@ def sweep_plot(sweep: pl.DataFrame, recommendations: dict) -> str | None:
     return _png(figure)
 
 
+@_memoised
 def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
     """Settings x language pairs, cells coloured by the measure with the mean and n written in;
     None unless there are at least two pairs."""
@@ -206,6 +267,7 @@ def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     return _png(figure)
 
 
+@_memoised
 def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
     """Per category: mean and 95% interval of each setting in `labels`, dodged side by side."""
     from tasks.reporting.verdict import label_expr
@@ -236,6 +298,7 @@ def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     return _png(figure)
 
 
+@_memoised
 def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     """One line per setting across runs (x = runs in order, labelled by date); settings whose
     series are identical share one line and one legend entry, so no series hides behind another."""

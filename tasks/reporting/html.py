@@ -510,7 +510,8 @@ def _variant_tables(output_dir: Path, measure: str) -> list:
     filtered_ann = read_table(output_dir, "filtered_ann")
     if filtered_ann is not None and filtered_ann.height:
         sections.append(("Filtered approximate search", None, filtered_ann,
-                         "Neighbour recall of filtered IVF (and post-filtered exact search) against filtered exact search."))
+                         ("Neighbour recall of filtered IVF (each nprobe), filtered HNSW (each efSearch) and post-filtered "
+                          "exact search against filtered exact search; starved_queries got fewer results than it.")))
     return sections
 
 def variant_sections(output_dir: Path, measure: str) -> list[Section]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from tasks.analysis import history
+from tasks.reporting import figures
 from tasks.reporting.html import build_report, md_escape, md_prose, md_table
 from tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
 from tasks.config.spec import BenchmarkSpec
@@ -52,8 +53,9 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
     measure = spec.report.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
     verdict = decide(output_dir, measure)
-    html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
-                                      measure=measure, texts=report_texts(manifest), verdict=verdict)
+    with figures.cached_in(store):
+        html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
+                                          measure=measure, texts=report_texts(manifest), verdict=verdict)
     return Published(
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,

@@ -70,6 +70,49 @@ def _search_latency(settings: pl.DataFrame, sweep: pl.DataFrame | None, storage:
                                      "search_p50_ms": pl.Float64, "search_p95_ms": pl.Float64}, orient="row")
 
 
+def _with_system_latency(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.DataFrame:
+    """Latency and cost of the BM25, hybrid and reranked settings (systems.parquet), made of their
+    stages': a system embeds what its dense stages embed, and searches what its stages search
+    plus its own added step (the BM25 search, the rerank calls). Unmeasured parts stay null."""
+    if systems is None or systems.is_empty():
+        return table
+    rows = {(r["provider"], r["index"], r["nprobe"]): r for r in table.iter_rows(named=True)}
+    by_name = {f"{p}/{i}" + ("" if n is None else f"@{n}"): r for (p, i, n), r in rows.items()}
+    systems_by_name = {s["system"]: s for s in systems.iter_rows(named=True)}
+
+    def stage_latency(name: str | None):
+        """(embed p50, p95, search p50, p95) of one first stage by its setting name."""
+        if name is None:
+            return 0.0, 0.0, 0.0, 0.0
+        if name.startswith("bm25/"):  # a BM25 first stage is listed as a system of its own
+            bm25 = systems_by_name.get(name.split("/", 1)[0])
+            added = (bm25 or {}).get("added_p50_ms"), (bm25 or {}).get("added_p95_ms")
+            return 0.0, 0.0, *added
+        row = by_name.get(name) or {}
+        return row.get("embed_p50_ms"), row.get("embed_p95_ms"), row.get("search_p50_ms"), row.get("search_p95_ms")
+
+    def total(*parts):
+        return None if any(p is None for p in parts) else float(sum(parts))
+
+    updated = []
+    for row in table.iter_rows(named=True):
+        system = systems_by_name.get(row["provider"])
+        if system is not None and system["index"] == row["index"]:
+            if system["kind"] == "bm25":
+                parts = [(0.0, 0.0, 0.0, 0.0)]
+            else:
+                parts = [stage_latency(system["first"]), stage_latency(system["second"])]
+            added50 = system["added_p50_ms"] if system["kind"] != "hybrid" else 0.0  # fusing lists: no call
+            added95 = system["added_p95_ms"] if system["kind"] != "hybrid" else 0.0
+            row = {**row, "embed_p50_ms": total(*(p[0] for p in parts)), "embed_p95_ms": total(*(p[1] for p in parts)),
+                   "search_p50_ms": total(*(p[2] for p in parts), added50),
+                   "search_p95_ms": total(*(p[3] for p in parts), added95),
+                   "usd_per_1k_queries": system["usd_per_1000_queries"] if row.get("usd_per_1k_queries") is None
+                   else row["usd_per_1k_queries"]}
+        updated.append(row)
+    return pl.DataFrame(updated, schema=table.schema)
+
+
 def settings_table(output_dir: Path, measure: str) -> pl.DataFrame:
     """One row per setting, best first: label, quality with interval, cost, latency, index bytes.
 
@@ -104,6 +147,7 @@ def settings_table(output_dir: Path, measure: str) -> pl.DataFrame:
         table = table.join(sizes.unique(["provider", "index"]), on=["provider", "index"], how="left")
     else:
         table = table.with_columns(index_bytes=pl.lit(None, pl.Int64))
+    table = _with_system_latency(table, read_table(output_dir, "systems"))
     return (table.with_columns(
         label=label_expr(),
         query_p50_ms=pl.col("embed_p50_ms") + pl.col("search_p50_ms"),

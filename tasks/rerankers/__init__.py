@@ -27,4 +27,9 @@ def create_reranker(kind: str, options: dict[str, Any] | None = None) -> Reranke
     return _REGISTRY.get(kind)(**(options or {}))
 
 
+def reranker_options_model(kind: str):
+    """The pydantic model of a reranker kind's `options`, or None if it declares none."""
+    return getattr(_REGISTRY.get(kind), "Options", None)
+
+
 __all__ = ["Reranker", "RerankBatch", "RerankerError", "register", "create_reranker", "known_kinds"]

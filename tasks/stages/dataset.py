@@ -9,6 +9,7 @@ at its source rather than debugged downstream.
 from __future__ import annotations
 
 import codecs
+import difflib
 import functools
 import hashlib
 import json
@@ -454,7 +455,7 @@ def _read_jsonl(folder: Path, split: str, name: str | None = None) -> _Raw:
         qid = _str_field(obj, "id", where, nonempty=True)
         ids.add(qid, where)
         if obj.get("filter") is not None:
-            filters[qid] = _filter_field(obj["filter"], where, fields)
+            filters[qid] = parse_filter(obj["filter"], where, fields)
         text = _str_field(obj, "text", where, nonempty=True)
         if obj.get("language") is None:
             language = detect_language(text)
@@ -549,7 +550,15 @@ def _metadata_fields(metadata: dict[str, dict]) -> set[str]:
     return {key for fields in metadata.values() for key in fields}
 
 
-def _filter_field(value: Any, where: str, fields: set[str]) -> dict:
+def known_fields(key: str, fields: set[str] | list[str]) -> str:
+    """`known: a, b, c` for an error message, and `did you mean ...?` when one is close to a mistyped `key`."""
+    if not fields:
+        return "known: none: no document has metadata"
+    close = difflib.get_close_matches(key, list(fields), n=1)
+    return f"known: {', '.join(sorted(fields))}" + (f"; did you mean {close[0]!r}?" if close else "")
+
+
+def parse_filter(value: Any, where: str, fields: set[str]) -> dict:
     """A query's filter: {field: value} (equality) or {field: [values]} (membership), every field
     one that some document's metadata has; all conditions must hold."""
     if not isinstance(value, dict) or not value:
@@ -557,8 +566,8 @@ def _filter_field(value: Any, where: str, fields: set[str]) -> dict:
                            f"found {_json_type(value)} {value!r}")
     for key, wanted in value.items():
         if key not in fields:
-            known = ", ".join(sorted(fields)) or "none: no document has metadata"
-            raise DatasetError(f"{where}: filter field {key!r} is not a metadata field of any document (known: {known})")
+            raise DatasetError(f"{where}: filter field {key!r} is not a metadata field of any document "
+                               f"({known_fields(key, fields)})")
         values = wanted if isinstance(wanted, list) else [wanted]
         if not values or not all(isinstance(v, _SCALAR) for v in values):
             raise DatasetError(f"{where}: filter field {key!r} must be a string, number or boolean, or a non-empty "

@@ -286,7 +286,7 @@ def _remove_shard(path: Path) -> None:
 def _merge_shards(directory: Path, paths: list[Path]) -> None:
     # The merged shard is complete on disk before the small ones go, so a crash here leaves
     # duplicates, never a gap; the next call's heal_cache drops them.
-    shards.write_shard(directory, pa.concat_tables([pq.read_table(path) for path in paths], promote_options="permissive"))
+    shards.write_shard(directory, pa.concat_tables([shards.read_shard(path) for path in paths], promote_options="permissive"))
     for path in paths:
         _remove_shard(path)
 
@@ -330,7 +330,7 @@ def heal_cache(directory: Path, store: Path) -> LiveRows:
         if len(live_rows) < len(shard_keys):
             dropped = len(shard_keys) - len(live_rows)
             if live_rows:
-                table = pq.read_table(path).take(pa.array(live_rows, pa.int64()))
+                table = shards.read_shard(path).take(pa.array(live_rows, pa.int64()))
                 shards.write_shard(directory, table, stamp=shards.shard_stamp(path))
             _remove_shard(path)
             log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name)
@@ -345,7 +345,7 @@ shard_paths = shards.shard_paths
 def cached_keys(directory: Path) -> set[str]:
     keys: set[str] = set()
     for path in shard_paths(directory):
-        keys.update(pq.read_table(path, columns=["key"]).column("key").to_pylist())
+        keys.update(shards.read_shard(path, ["key"]).column("key").to_pylist())
     return keys
 
 
@@ -409,7 +409,7 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
     plans = []
     served = pl.DataFrame(schema={"key": pl.String})
     for path in paths:
-        shard_keys = pl.from_arrow(pq.read_table(path, columns=["key"])).with_row_index("row")
+        shard_keys = pl.from_arrow(shards.read_shard(path, ["key"])).with_row_index("row")
         fresh = shard_keys.join(served, on="key", how="anti").unique(subset="key", keep="first", maintain_order=True)
         hits = fresh.join(keys, on="key", how="inner").select("row", "position").sort("row")
         if hits.height:

@@ -8,8 +8,11 @@ an flock is held while it is written. The store and output directory are checked
 before any work."""
 from __future__ import annotations
 
+import json
+import logging
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -20,8 +23,10 @@ from tasks.config.spec import BenchmarkSpec
 from tasks.stages.chunk import ChunkConfig, chunk_corpus
 from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
 from tasks.store.build import StageResult, build_folder_once, build_once
-from tasks.store.files import stable_hash
+from tasks.store.files import file_sha256, stable_hash
 from tasks.store.integrity import ensure_writable, parquet_readable
+
+log = logging.getLogger("retbench.dataset")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +39,7 @@ class DatasetRef(StageResult):
     judgments: int
     notes: tuple[str, ...]
     unjudged_queries: tuple[str, ...] = ()  # ids of queries dropped for having no judgments
+    files: tuple[str, ...] = ()  # the stored tables, the folder's metadata file last
 
     @property
     def content_hash(self) -> str:
@@ -61,13 +67,15 @@ _DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset
 
 
 def check_inputs(spec: BenchmarkSpec) -> None:
-    """What can be checked in milliseconds before any work (and before Prefect starts):
-    the dataset and qrels paths exist, and the output and store directories are folders
-    this process can write; a spec that fine-tunes needs enough judged dev queries. Raises
-    DatasetError or StoreError naming the spec key."""
+    """What can be checked in about a second before any work (and before Prefect starts):
+    the dataset and qrels paths exist, every query filter names a document metadata field
+    (and a declared one), the output and store directories are folders this process can
+    write, and a spec that fine-tunes has enough judged dev queries. Raises DatasetError or
+    StoreError naming the spec key or file:line."""
     from tasks.stages.dataset import DatasetError
+    from tasks.stages.filter_fields import check_filter_fields
     from tasks.store.integrity import StoreError
-    from tasks.store.remote import is_remote
+    from tasks.store.remote import check_reachable, is_remote
 
     dataset = spec.dataset
     if not dataset.path.exists():
@@ -77,9 +85,15 @@ def check_inputs(spec: BenchmarkSpec) -> None:
         raise DatasetError(f"dataset.path {dataset.path}: a file; expected the folder of the {dataset.format} collection")
     if dataset.qrels is not None and not dataset.qrels.is_file():
         raise DatasetError(f"dataset.qrels {dataset.qrels}: not found; expected a TREC qrels file")
+    check_filter_fields(dataset.path, dataset.format, dataset.metadata_fields)
     folders = [("output", "output_dir", Path(spec.output_dir))]
     if not is_remote(spec.store_dir):
         folders.append(("store", "store_dir", Path(spec.store_dir)))
+    else:
+        try:
+            check_reachable(spec.store_dir)
+        except (OSError, ValueError) as error:
+            raise StoreError(str(error)) from error
     for what, key, folder in folders:
         # The nearest existing ancestor must be a folder: mkdir under a file fails much later.
         existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
@@ -88,31 +102,103 @@ def check_inputs(spec: BenchmarkSpec) -> None:
             raise StoreError(f"{key} {shown} is a file, not a folder; point --{key.replace('_', '-')} "
                              f"(or {key} in the spec) at a folder")
         ensure_writable(folder, what)
+    _check_secret_variables(spec)
     from tasks.stages.finetune_step import check_finetune_inputs
 
     check_finetune_inputs(spec)  # reads the dataset, only when the spec fine-tunes a provider
 
 
+def _check_secret_variables(spec: BenchmarkSpec) -> None:
+    """Every environment variable a provider or reranker reads a key from is set: a missing
+    key is found before the run, not after the local stages."""
+    from tasks.providers import options_model
+    from tasks.providers.secrets import SecretLookupError, env_references
+    from tasks.rerankers import reranker_options_model
+
+    configured = [(f"providers[{i}].options", options_model(p.kind), p.options) for i, p in enumerate(spec.providers)]
+    configured += [(f"rerankers[{i}].options", reranker_options_model(r.kind), r.options)
+                   for i, r in enumerate(spec.rerankers)]
+    for where, model, options in configured:
+        if model is None:
+            continue
+        for key, variable in env_references(model.model_validate(options)):
+            if not os.environ.get(variable):
+                raise SecretLookupError(f"{where}.{key}: environment variable {variable} is not set (or empty); "
+                                        "export it before the run (keys are read from the environment or a "
+                                        "Prefect Secret block, never from the spec)")
+
+
 def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
+    """The dataset, parsed and validated once per content of its source files: a rerun on
+    unchanged files (and an unchanged loader) reads the stored tables without parsing."""
     started = time.perf_counter()
     ensure_writable(spec.store_dir, "store")
     ensure_writable(spec.output_dir, "output")
+    pointer = Path(spec.store_dir) / "datasets" / "sources" / f"{_source_key(spec)[:32]}.json"
+    parsed: list[DatasetRef] = []
+
+    def parse_and_point(tmp: str) -> None:
+        parsed.append(_parse_and_store(spec, force))
+        Path(tmp).write_text(json.dumps(_facts(parsed[0], spec.store_dir)))
+
+    build_once(spec.store_dir, pointer, parse_and_point, parse=lambda p: json.loads(p.read_text()), force=force)
+    if parsed:
+        return replace(parsed[0], seconds=time.perf_counter() - started)
+    facts = json.loads(pointer.read_text())
+    for note in facts["notes"]:  # said when the files were parsed; said again on every run that uses them
+        log.info(note)
+    directory = Path(spec.store_dir) / facts["folder"]  # relative: a moved store stays a cache
+    # The tables themselves are verified (a damaged file is quarantined and parsed again).
+    made = build_folder_once(spec.store_dir, directory, tuple(facts["files"]),
+                             lambda tmp: save_dataset(_load(spec), tmp), parse=parquet_readable)
+    return DatasetRef(path=str(directory), key=facts["key"], computed=made.computed,
+                      seconds=time.perf_counter() - started, name=facts["name"], documents=facts["documents"],
+                      queries=facts["queries"], judgments=facts["judgments"], notes=tuple(facts["notes"]),
+                      unjudged_queries=tuple(facts["unjudged_queries"]))
+
+
+def _load(spec: BenchmarkSpec):
     dataset_spec = spec.dataset
-    dataset = load_dataset(
+    return load_dataset(
         dataset_spec.path, dataset_spec.format, dataset_spec.split,
         qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, unicode=dataset_spec.unicode,
         **dataset_spec.options,
     )
+
+
+def _parse_and_store(spec: BenchmarkSpec, force: bool) -> DatasetRef:
+    dataset = _load(spec)
     digest = content_hash(dataset)
     directory = Path(spec.store_dir) / "datasets" / digest[:32]
     files = (*_DATASET_FILES[:-1], *(f"{label}.parquet" for label, _ in dataset.extra_tables()), _DATASET_FILES[-1])
     made = build_folder_once(spec.store_dir, directory, files, lambda tmp: save_dataset(dataset, tmp),
                              parse=parquet_readable, force=force)
     return DatasetRef(
-        path=str(directory), key=digest, computed=made.computed, seconds=time.perf_counter() - started,
+        path=str(directory), key=digest, computed=made.computed, seconds=0.0,
         name=dataset.name, documents=dataset.corpus.height, queries=dataset.queries.height,
         judgments=dataset.qrels.height, notes=tuple(dataset.notes), unjudged_queries=dataset.unjudged_queries,
+        files=files,
     )
+
+
+def _facts(ref: DatasetRef, store_dir) -> dict:
+    return {"folder": str(Path(ref.path).relative_to(store_dir)), "key": ref.key, "files": list(ref.files), "name": ref.name, "documents": ref.documents,
+            "queries": ref.queries, "judgments": ref.judgments, "notes": list(ref.notes),
+            "unjudged_queries": list(ref.unjudged_queries)}
+
+
+def _source_key(spec: BenchmarkSpec) -> str:
+    """What the parsed dataset depends on: every source file's bytes (hashed, not parsed), the
+    loader's settings, and the loader's own code (a fixed loader parses again)."""
+    from tasks.stages import dataset as loader
+
+    dataset_spec = spec.dataset
+    sources = [*sorted(p for p in dataset_spec.path.rglob("*") if p.is_file()),
+               *([dataset_spec.qrels] if dataset_spec.qrels is not None else [])]
+    digests = [(str(source.relative_to(dataset_spec.path)) if source.is_relative_to(dataset_spec.path) else str(source),
+                file_sha256(source)) for source in sources]
+    settings = dataset_spec.model_dump(mode="json", exclude={"path", "qrels"})
+    return stable_hash("dataset-source-v2", file_sha256(loader.__file__), settings, digests)
 
 
 def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False, variant=None) -> ChunksRef:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from tasks.store.files import atomic_write, write_json
-from tasks.store.integrity import file_lock, lock_for, record_checksum, verify
+from tasks.store.integrity import file_lock, lock_for, record_checksum, sidecar, verify
+from tasks.store.remote import fetched, uploaded
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +89,10 @@ def build_once(
     path = Path(path)
     started = time.perf_counter()
     with file_lock(lock_for(path)) if lock else _no_lock():
+        here = path.exists()
         computed = force or not verify(path, store, parse)
+        if not computed and not here:
+            fetched(metadata_path(path))  # the file came from an object store: its metadata too
         metadata = None
         if computed:
             holder: dict = {}
@@ -116,8 +120,7 @@ def build_folder_once(
     folder = Path(folder)
     started = time.perf_counter()
     with file_lock(lock_for(folder)):
-        intact = folder.is_dir() and all(
-            verify(folder / name, store, None if name.endswith(".json") else parse) for name in files)
+        intact = all(verify(folder / name, store, None if name.endswith(".json") else parse) for name in files)
         computed = force or not intact
         if computed:
             tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp"
@@ -129,6 +132,9 @@ def build_folder_once(
                     # Damaged files were quarantined by `verify`; the rest is rebuilt identically.
                     shutil.rmtree(folder)
                 tmp.replace(folder)
+                for name in files:  # an object store gets each file, then its sidecar; the metadata last
+                    uploaded(folder / name)
+                    uploaded(sidecar(folder / name))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     return Built(path=folder, computed=computed, seconds=time.perf_counter() - started, metadata={})

@@ -63,7 +63,22 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
                           "was changed: free space or move the store / output directory, then rerun") from error
         raise
     _fsync_dir(path.parent)
+    _upload_if_in_object_store(path)
     return path
+
+
+def _upload_if_in_object_store(path: Path) -> None:
+    # Every store file is written here, so this is where an object store gets it: one PUT
+    # of the finished file (tasks/store/remote.py; nothing happens for a local store).
+    from tasks.store.remote import uploaded
+
+    try:
+        uploaded(path)
+    except BaseException:
+        # Not in the bucket means not stored: a scratch copy alone would hide the miss from
+        # this machine's next run, which would then never upload it.
+        path.unlink(missing_ok=True)
+        raise
 
 
 def current_umask() -> int:

@@ -8,7 +8,7 @@ parses: it was itself written atomically.
 
 Locks are `fcntl.flock` on a `.lock` file next to what they protect; they serialise "check the
 store, compute what is missing, write it" between processes on one machine (and NFS clients
-that honour flock). They do not cover object stores: see tasks/remote_store.py.
+that honour flock). They do not cover object stores: see tasks/store/remote.py.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def verify(path: str | Path, store: str | Path, parse: Callable[[Path], object] 
     """Is `path` intact? A damaged file (checksum mismatch, or no sidecar and `parse` fails)
     is moved to quarantine and False is returned; a missing file is simply False."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not fetched_with_sidecar(path):
         return False
     ok = checksum_ok(path)
     if ok is None and parse is not None:
@@ -86,6 +86,15 @@ def verify(path: str | Path, store: str | Path, parse: Callable[[Path], object] 
         quarantine(path, store, "checksum mismatch (truncated or corrupted)")
         return False
     return True
+
+
+def fetched_with_sidecar(path: Path) -> bool:
+    """For a store on an object store: fetch a missing file, which counts as present only when
+    its sidecar (uploaded after it) is there too. Always False for a local store."""
+    from tasks.store.remote import store_of
+
+    remote = store_of(path)
+    return remote is not None and remote.fetch(sidecar(path)) and remote.fetch(path)
 
 
 def quarantine(path: str | Path, store: str | Path, reason: str) -> Path | None:
@@ -103,6 +112,12 @@ def quarantine(path: str | Path, store: str | Path, reason: str) -> Path | None:
         return None  # another process got there first
     with contextlib.suppress(FileNotFoundError):
         os.replace(sidecar(path), Path(f"{target}{SIDECAR_SUFFIX}"))
+    from tasks.store.remote import removed
+
+    # On an object store the damaged object goes too (the quarantined copy keeps the evidence),
+    # so the next run does not fetch it again; the rebuilt file is uploaded in its place.
+    removed(sidecar(path))
+    removed(path)
     log.warning("damaged store file %s: %s; moved to %s and it will be recomputed", path, reason, target)
     return target
 

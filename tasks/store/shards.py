@@ -19,13 +19,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
-from tasks.store.integrity import checksum_ok, file_lock, quarantine, record_checksum
+from tasks.store.integrity import checksum_ok, file_lock, quarantine, record_checksum, sidecar
+from tasks.store.remote import removed, store_of, synced
 
 
-def folder_lock(directory: str | Path, shared: bool = False):
+@contextlib.contextmanager
+def folder_lock(directory: str | Path, shared: bool = False) -> Iterator[None]:
     """Exclusive for writers (check the cache, compute what is missing, write it); shared for
-    readers, so no writer merges or deletes shards under them."""
-    return file_lock(Path(directory) / ".lock", shared=shared)
+    readers, so no writer merges or deletes shards under them. On an object store the folder is
+    first brought in line with its prefix (one listing of this folder, its missing shards
+    fetched, shards merged away elsewhere dropped)."""
+    if store_of(directory) is not None:
+        Path(directory).mkdir(parents=True, exist_ok=True)  # a reader's first look at this folder
+    with file_lock(Path(directory) / ".lock", shared=shared):
+        synced(directory, keep_local=False)
+        yield
 
 
 def shard_paths(directory: str | Path) -> list[Path]:
@@ -45,8 +53,10 @@ def write_shard(directory: str | Path, table: pa.Table, stamp: int | None = None
 
 
 def remove_shard(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    Path(f"{path}.sha256").unlink(missing_ok=True)
+    # The sidecar first: without it an object-store reader already treats the shard as gone.
+    for part in (sidecar(path), path):
+        removed(part)
+        part.unlink(missing_ok=True)
 
 
 def merge_shards(directory: str | Path, shards: list[Path]) -> None:
@@ -54,9 +64,16 @@ def merge_shards(directory: str | Path, shards: list[Path]) -> None:
     go, so a crash here leaves duplicate rows, never a gap (the next scan's caller drops them)."""
     if len(shards) < 2:
         return
-    write_shard(directory, pa.concat_tables([pq.read_table(p) for p in shards], promote_options="permissive"))
+    write_shard(directory, pa.concat_tables([read_shard(p) for p in shards], promote_options="permissive"))
     for path in shards:
         remove_shard(path)
+
+
+def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """A shard's rows (or some columns). Through ParquetFile, not pq.read_table, which imports
+    pyarrow.dataset: a second of a fully cached run."""
+    with pq.ParquetFile(path) as shard:
+        return shard.read(columns=columns)
 
 
 def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
@@ -76,8 +93,9 @@ def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
             quarantine(path, store, "checksum mismatch (truncated or corrupted)")
             continue
         try:
-            present = [c for c in columns if c in pq.read_schema(path).names]
-            head = pq.read_table(path, columns=present)
+            # ParquetFile, not read_table: the latter imports pyarrow.dataset (a second on a cached run).
+            with pq.ParquetFile(path) as shard:
+                head = shard.read(columns=[c for c in columns if c in shard.schema_arrow.names])
         except Exception as error:  # whatever pyarrow raises, an unreadable shard is damage
             quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
             continue

@@ -93,3 +93,53 @@ def writing(directory: str | Path) -> Iterator[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     with folder_lock(directory):
         yield directory
+
+
+# ---- pending work: a planned part of a cache fill, claimed by one worker at a time
+# (tasks/stages/embed_shards.py): the planner writes each part's inputs as a file under
+# `pending/`, a worker holds the part's lock while it computes and removes the file when done.
+
+
+def pending_dir(directory: str | Path) -> Path:
+    return Path(directory) / "pending"
+
+
+def pending_paths(directory: str | Path) -> list[Path]:
+    return sorted(pending_dir(directory).glob("*.parquet"))
+
+
+def write_pending(directory: str | Path, name: str, table: pa.Table) -> Path:
+    """A part's inputs, complete with its checksum before this returns. Call with the folder lock held."""
+    return write_checked(pending_dir(directory) / f"{name}.parquet",
+                         lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def read_pending(path: Path, store: str | Path) -> pa.Table | None:
+    """The part's inputs, or None when it is done (removed) or damaged (quarantined: the next
+    plan finds its rows missing and plans them again)."""
+    if not path.exists():
+        return None
+    if checksum_ok(path) is False:
+        quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+        return None
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # whatever pyarrow raises, an unreadable file is damage
+        quarantine(path, store, f"unreadable pending work ({type(error).__name__}: {error})")
+        return None
+
+
+def work_lock(path: str | Path):
+    """Held by the one worker computing a pending part: a second run's worker waits, then finds it done."""
+    path = Path(path)
+    return file_lock(path.parent / f".{path.name}.lock")
+
+
+def remove_pending(path: Path) -> None:
+    """A finished part's file, its checksum and its lock file (call with its work lock held: part
+    names carry their plan's time stamp and are never reused, so a waiter on the old lock finds
+    the part gone and nobody opens that lock again)."""
+    remove_shard(path)
+    (path.parent / f".{path.name}.lock").unlink(missing_ok=True)

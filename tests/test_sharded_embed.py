@@ -12,7 +12,7 @@ import pytest
 from tasks.providers import create_provider
 from tasks.stages.embed import embed_texts, read_vectors, shard_paths
 from tasks.stages.embed_shards import embed_part, finish_embedding, plan_embedding, shard_of
-from tasks.store.shards import pending_paths
+from tasks.store.shards import journal_batches, journal_path, pending_paths
 
 TEXTS = [f"document {i} about {'webhooks' if i % 3 else 'billing'} and item {i * 7 % 11}" for i in range(200)]
 TEXTS[50] = TEXTS[10]  # a repeated text is embedded once, in one part
@@ -78,11 +78,19 @@ def test_a_failed_part_loses_only_its_in_flight_batch_and_the_next_run_finishes_
     with pytest.raises(RuntimeError, match="worker lost"):
         embed_part(provider, plan, 0, 1, 16)
     assert len(pending_paths(plan.cache_dir)) == 1  # the part stays for whoever comes next
+    # Its journal holds the two batches that completed before the failure.
+    assert sum(b.num_rows for b in journal_batches(Path(plan.parts[0]))) == 32
+    journal = journal_path(Path(plan.parts[0]))
+    whole = journal.read_bytes()
+    journal.write_bytes(whole[:-200])  # as if killed while writing the second batch: it is dropped
+    assert sum(b.num_rows for b in journal_batches(Path(plan.parts[0]))) == 16
+    journal.write_bytes(whole)
     provider.encode_batches = good
 
-    # The next run claims the part left behind and embeds what the two finished batches did not hold.
+    # The next run claims the part left behind (the journal's rows are not in the cache yet, so
+    # all 199 count as missing) and embeds only what the two finished batches did not hold.
     plan2, result = sharded(provider, tmp_path, shards=4, batch=16)
-    assert plan2.missing == 199 - 32 and plan2.parts == plan.parts
+    assert plan2.missing == 199 and plan2.parts == plan.parts
     assert result.embedded == 199 - 32
     reference = embed_texts(provider, "h", IDS, TEXTS, "document", tmp_path / "ref", batch_size=16)
     assert np.array_equal(read_vectors(result)[1], read_vectors(reference)[1])

@@ -12,6 +12,7 @@ part left in `pending/`) skips the rows written since the part was planned.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -24,8 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
-from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _merge_shards, _weakest,
-                                _write_shard, cache_dim, cache_dir_for, cache_key, heal_cache, shard_paths)
+from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table,
+                                _weakest, cache_dim, cache_dir_for, cache_key, heal_cache, shard_paths)
 from tasks.store import shards
 from tasks.store.build import build_once
 from tasks.store.files import stable_hash, write_json
@@ -159,8 +160,10 @@ def _slot(cache_dir: str) -> threading.Lock:
 
 def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, batch_size: int,
                progress: Callable[[str], None] | None = None) -> PartResult:
-    """Embed the parts `plan.parts[index::shards_]`, each batch written to the cache as it completes."""
+    """Embed the parts `plan.parts[index::shards_]`, each batch kept in the part's journal as it
+    completes; a finished part becomes one shard of the cache."""
     mine = [Path(p) for p in plan.parts[index::shards_]]
+    directory = Path(plan.cache_dir)
     embedded = tokens = 0
     sources: list[str] = []
     dim = plan.dim
@@ -172,16 +175,18 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                 table = shards.read_pending(path, plan.store)
                 if table is None:
                     continue  # another run embedded it while we waited
-                planned = int(table.schema.metadata[_PLANNED])
-                done = _written_since(Path(plan.cache_dir), planned)
+                # A worker killed mid-part left its journal: those rows go into the cache first.
+                with shards.folder_lock(directory):
+                    shards.shard_from_journal(directory, path)
+                done = _written_since(directory, int(table.schema.metadata[_PLANNED]))
                 items = [(k, t) for k, t in zip(table.column("key").to_pylist(), table.column("text").to_pylist())
                          if k not in done]
-                count, part_tokens, source, dim = _embed_items(provider, plan, items, batch_size, dim, progress,
-                                                               f"part {path.stem}")
+                count, part_tokens, source, dim = _embed_items(provider, plan, path, items, batch_size, dim, progress)
                 embedded += count
                 tokens += part_tokens
                 sources.append(source)
-                with shards.folder_lock(plan.cache_dir):
+                with shards.folder_lock(directory):
+                    shards.shard_from_journal(directory, path)
                     shards.remove_pending(path)
     return PartResult(embedded, tokens, _weakest(sources), dim)
 
@@ -196,36 +201,34 @@ def _written_since(directory: Path, planned_ns: int) -> set[str]:
     return keys
 
 
-def _embed_items(provider, plan: EmbedPlan, items, batch_size, dim, progress, what):
+def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, progress):
     if not items:
         return 0, 0, "none", dim
     # Similar lengths in one batch waste less padding; the cache is keyed, so order does not matter.
     items = sorted(items, key=lambda item: len(item[1]))
-    directory = Path(plan.cache_dir)
-    written: list[Path] = []
     done = tokens = 0
     sources: list[str] = []
     batches = _batches(provider, plan.role, items, batch_size)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(batches.close)  # stops a provider's in-flight requests if we failed first
+        append = None
         for batch_keys, raw, batch_tokens, source, row_tokens in batches:
             vectors = _checked(raw, len(batch_keys), plan.provider)
             if dim is not None and vectors.shape[1] != dim:
                 raise ValueError(f"provider {plan.provider!r} returned dimension {vectors.shape[1]}, "
-                                 f"but {directory} holds dimension {dim}")
+                                 f"but {plan.cache_dir} holds dimension {dim}")
             dim = vectors.shape[1]
-            # The folder lock per write: a planner healing the folder never sees a half-written shard.
-            with shards.folder_lock(directory):
-                written.append(_write_shard(directory, batch_keys, vectors, tokens=row_tokens))
+            rows = _vector_table(batch_keys, vectors, row_tokens)
+            if append is None:  # the schema (dimension) is known with the first batch
+                append = stack.enter_context(shards.journal(part, rows.schema))
+            for record_batch in rows.to_batches():
+                append(record_batch)
             done += len(batch_keys)
             tokens += batch_tokens
             sources.append(source)
-            if progress:
-                progress(f"{plan.provider} {plan.role} texts, {what}: embedded {done}/{len(items)}")
-    finally:
-        batches.close()
-        if len(written) > 1:
-            with shards.folder_lock(directory):
-                _merge_shards(directory, written)
+            # A line per tenth, not per batch: on Prefect every log line is an API call.
+            if progress and (done == len(items) or done * 10 // len(items) > (done - len(batch_keys)) * 10 // len(items)):
+                progress(f"{plan.provider} {plan.role} texts, part {part.stem}: embedded {done}/{len(items)}")
     return done, tokens, _weakest(sources), dim
 
 

@@ -13,9 +13,10 @@ import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
@@ -142,4 +143,67 @@ def remove_pending(path: Path) -> None:
     names carry their plan's time stamp and are never reused, so a waiter on the old lock finds
     the part gone and nobody opens that lock again)."""
     remove_shard(path)
+    journal_path(path).unlink(missing_ok=True)
     (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
+
+
+# ---- a part's journal: its computed rows, appended batch by batch (one write, no rename, no
+# checksum, no lock: the part's work lock covers it), so per-batch cost stays small while a
+# killed worker still loses only its in-flight batch. Finished (or recovered by the next
+# worker), the journal becomes one checked shard.
+
+
+_ROW_GROUP = 8192
+
+
+def journal_path(part: Path) -> Path:
+    return Path(part).with_suffix(".arrows")
+
+
+@contextlib.contextmanager
+def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch], None]]:
+    """An append function for the part's journal (a fresh Arrow IPC stream); each batch is
+    flushed to the kernel before it returns, so a killed process keeps it."""
+    with open(journal_path(part), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        def append(batch: pa.RecordBatch) -> None:
+            writer.write_batch(batch)
+            sink.flush()
+
+        yield append
+
+
+def journal_batches(part: Path) -> list[pa.RecordBatch]:
+    """The complete batches of a part's journal; a torn last batch (killed mid-write) is dropped."""
+    path = journal_path(part)
+    if not path.exists():
+        return []
+    batches = []
+    try:
+        with pa.ipc.open_stream(pa.memory_map(str(path))) as reader:
+            for batch in reader:
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError, EOFError):
+        pass  # the tail a killed writer left; everything before it is whole
+    return batches
+
+
+def shard_from_journal(directory: str | Path, part: Path) -> Path | None:
+    """The journal's rows as one shard (written batch by batch, checked), then the journal goes.
+    Call with the folder lock held."""
+    batches = journal_batches(part)
+    written = None
+    if any(b.num_rows for b in batches):
+        def write(tmp: str) -> None:
+            with pq.ParquetWriter(tmp, batches[0].schema, compression="zstd") as writer:
+                group: list[pa.RecordBatch] = []
+                for batch in batches + [None]:  # row groups of ~8k rows, not one per small batch
+                    if group and (batch is None or sum(b.num_rows for b in group) >= _ROW_GROUP):
+                        writer.write_table(pa.Table.from_batches(group))
+                        group = []
+                    if batch is not None:
+                        group.append(batch)
+
+        name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        written = write_checked(Path(directory) / name, write)
+    journal_path(part).unlink(missing_ok=True)
+    return written

@@ -175,10 +175,10 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                 table = shards.read_pending(path, plan.store)
                 if table is None:
                     continue  # another run embedded it while we waited
+                done = _written_since(directory, int(table.schema.metadata[_PLANNED]))
                 # A worker killed mid-part left its journal: those rows go into the cache first.
                 with shards.folder_lock(directory):
-                    shards.shard_from_journal(directory, path)
-                done = _written_since(directory, int(table.schema.metadata[_PLANNED]))
+                    done.update(shards.shard_from_journal(directory, path, skip=done))
                 items = [(k, t) for k, t in zip(table.column("key").to_pylist(), table.column("text").to_pylist())
                          if k not in done]
                 count, part_tokens, source, dim = _embed_items(provider, plan, path, items, batch_size, dim, progress)

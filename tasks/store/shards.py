@@ -187,12 +187,18 @@ def journal_batches(part: Path) -> list[pa.RecordBatch]:
     return batches
 
 
-def shard_from_journal(directory: str | Path, part: Path) -> Path | None:
-    """The journal's rows as one shard (written batch by batch, checked), then the journal goes.
-    Call with the folder lock held."""
+def shard_from_journal(directory: str | Path, part: Path, skip: set[str] = frozenset()) -> list[str]:
+    """The journal's rows, less those whose key is in `skip` (already in a shard: a recovery
+    killed after its shard was written and before the journal went), as one shard written batch
+    by batch and checked; then the journal goes. Returns the keys written. Call with the folder lock held."""
+    import pyarrow.compute as pc
+
     batches = journal_batches(part)
-    written = None
-    if any(b.num_rows for b in batches):
+    if skip:
+        wanted = pa.array(sorted(skip), pa.string())
+        batches = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=wanted))) for b in batches]
+    batches = [b for b in batches if b.num_rows]
+    if batches:
         def write(tmp: str) -> None:
             with pq.ParquetWriter(tmp, batches[0].schema, compression="zstd") as writer:
                 group: list[pa.RecordBatch] = []
@@ -204,6 +210,10 @@ def shard_from_journal(directory: str | Path, part: Path) -> Path | None:
                         group.append(batch)
 
         name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        written = write_checked(Path(directory) / name, write)
+        write_checked(Path(directory) / name, write)
+    drop_journal(part)
+    return [key for b in batches for key in b.column("key").to_pylist()]
+
+
+def drop_journal(part: Path) -> None:
     journal_path(part).unlink(missing_ok=True)
-    return written

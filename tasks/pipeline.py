@@ -121,17 +121,57 @@ def query_variant_stage(dataset, variant, spec: BenchmarkSpec, force: bool):
     return ref
 
 
-def embed_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: str, store: str, force: bool,
-                make_provider: Callable = default_provider, set_label: str | None = None):
-    """`set_label` names the set in the tables (a variant's setting label); the vectors are
-    cached by provider fingerprint, role and text alone, so variants share them."""
-    from tasks.stages.embed import embed_texts
+def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: str, store: str, force: bool,
+                     make_provider: Callable = default_provider, set_label: str | None = None):
+    """The first of a sharded embed (tasks/stages/embed_shards.py): the set file and the pending parts."""
+    from tasks.stages.embed_shards import plan_embedding
 
     texts = pl.read_parquet(texts_path, columns=[id_column, "text"])
-    result = embed_texts(make_provider(provider), set_label or provider.name, texts[id_column].to_list(), texts["text"].to_list(),
-                         role, Path(store), batch_size=provider.batch_size, progress=log.info, force=force)
-    log.info(f"{set_label or provider.name} {role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
+    plan = plan_embedding(_provider(make_provider, provider), set_label or provider.name, texts[id_column].to_list(),
+                          texts["text"].to_list(), role, Path(store), provider.shards, provider.batch_size, force=force)
+    if plan.missing:
+        log.info(f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
+    return plan
+
+
+def embed_part_stage(plan, index: int, provider: ProviderSpec, make_provider: Callable = default_provider):
+    from tasks.stages.embed_shards import embed_part
+
+    if index >= len(plan.parts):
+        return None  # fewer parts than shards: nothing to load a model for
+    return embed_part(_provider(make_provider, provider), plan, index, provider.shards, provider.batch_size,
+                      progress=log.info)
+
+
+def embed_finish_stage(plan, *parts):
+    from tasks.stages.embed_shards import finish_embedding
+
+    result = finish_embedding(plan, [p for p in parts if p is not None])
+    log.info(f"{result.provider} {result.role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
     return result
+
+
+def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
+           make_provider: Callable, label: str):
+    """One set as plan -> `provider.shards` part task runs -> finish; a future of its EmbeddingSet."""
+    plan = runner.submit("embed", embed_plan_stage, provider, texts_path, id_column, role, store, force, make_provider,
+                         label=f"embed-{label}-{role}-plan", set_label=label)
+    parts = [runner.submit("embed", embed_part_stage, plan, index, provider, make_provider,
+                           label=f"embed-{label}-{role}-part{index}")
+             for index in range(provider.shards)]
+    return runner.submit("embed", embed_finish_stage, plan, *parts, label=f"embed-{label}-{role}")
+
+
+_providers: dict = {}  # (make_provider, provider spec) -> provider: a worker loads a model once for all its parts
+
+
+def _provider(make_provider: Callable, provider: ProviderSpec):
+    key = (make_provider, provider.model_dump_json())
+    if key not in _providers:
+        while len(_providers) >= 4:  # a long-lived worker keeps a few models, not every one it ever ran
+            _providers.pop(next(iter(_providers)))
+        _providers[key] = make_provider(provider)
+    return _providers[key]
 
 
 def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool):
@@ -452,13 +492,12 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     # reuses its baseline's index; texts shared by two chunkings hit the content-hashed cache.
     doc_label = {(s.provider, s.chunking): s.label for s in mine if s.query_variant == RAW_QUERIES}
     query_label = {(s.provider, s.query_variant): s.label for s in mine if s.chunking == baseline_chunking}
-    doc_sets = {key: runner.submit("embed", embed_stage, by_name[key[0]], chunk_refs[key[1]].path, "chunk_id", "document",
-                                   store, forced("embed", key[0]), make_provider, label=f"embed-{label}-document",
-                                   set_label=label)
+    # Each set is embedded in parts (by content key) that the runner may spread over workers.
+    doc_sets = {key: _embed(runner, by_name[key[0]], chunk_refs[key[1]].path, "chunk_id", "document",
+                            store, forced("embed", key[0]), make_provider, label)
                 for key, label in doc_label.items()}
-    query_sets = {key: runner.submit("embed", embed_stage, by_name[key[0]], query_paths[key[1]], "query_id", "query",
-                                     store, forced("embed", key[0]), make_provider, label=f"embed-{label}-query",
-                                     set_label=label)
+    query_sets = {key: _embed(runner, by_name[key[0]], query_paths[key[1]], "query_id", "query",
+                              store, forced("embed", key[0]), make_provider, label)
                   for key, label in query_label.items()}
     embedded = {p.name: (doc_sets[(p.name, baseline_chunking)], query_sets[(p.name, RAW_QUERIES)]) for p in active}
     latency = [runner.submit("latency", latency_stage, p, chunks.path, spec, selection.remeasure, make_provider,

@@ -98,12 +98,17 @@ def needed_keys(store: Path, out: Path, data: Path = SAMPLE) -> dict[str, set[st
 
 
 def cache_rows(folder: Path) -> tuple[int, set[str]]:
-    """(rows, distinct keys) over every shard of one provider folder."""
+    """(rows, distinct keys) over every shard of one provider folder and the journals of its
+    unfinished parts (rows a killed run kept, which the next run moves into a shard)."""
     import pyarrow.parquet as pq
 
+    from tasks.store.shards import journal_batches, pending_paths
+
     rows, keys = 0, set()
-    for shard in sorted(Path(folder).glob("shard-*.parquet")):
-        column = pq.read_table(shard, columns=["key"]).column("key").to_pylist()
+    columns = [pq.read_table(shard, columns=["key"]).column("key").to_pylist()
+               for shard in sorted(Path(folder).glob("shard-*.parquet"))]
+    columns += [b.column("key").to_pylist() for part in pending_paths(folder) for b in journal_batches(part)]
+    for column in columns:
         rows += len(column)
         keys.update(column)
     return rows, keys

@@ -106,23 +106,24 @@ def test_kill_at_random_moments_of_every_stage_then_rerun(tmp_path, reference):
     assert any(0 < o[3] < 2 * sum(len(k) for k in reference[1].values()) for o in killed if o[0] == "embed"), outcomes
 
 
-def test_kill_between_merge_write_and_cleanup_leaves_no_duplicate_after_rerun(tmp_path, reference, monkeypatch):
-    """The known gap: `_merge_shards` writes the merged shard, then deletes the small ones."""
-    from tasks.stages import embed
+def test_kill_between_a_parts_shard_and_its_journals_removal_leaves_no_duplicate_after_rerun(tmp_path, reference,
+                                                                                            monkeypatch):
+    """The known gap: a finished part's journal becomes a shard, then the journal is deleted."""
+    from tasks.store import shards
 
-    real_remove = embed._remove_shard
+    real_drop = shards.drop_journal
     calls = {"n": 0}
 
-    def dies_after_one(path):
+    def dies_after_one(part):
         calls["n"] += 1
         if calls["n"] > 1:
-            raise KeyboardInterrupt("killed between the merged shard and the cleanup")
-        real_remove(path)
+            raise KeyboardInterrupt("killed between the part's shard and the journal's removal")
+        real_drop(part)
 
-    monkeypatch.setattr(embed, "_remove_shard", dies_after_one)
+    monkeypatch.setattr(shards, "drop_journal", dies_after_one)
     with pytest.raises(KeyboardInterrupt):
         crash_worker.run(tmp_path / "store", tmp_path / "out")
-    monkeypatch.setattr(embed, "_remove_shard", real_remove)
+    monkeypatch.setattr(shards, "drop_journal", real_drop)
     folder = provider_folders(tmp_path / "store")["hash64"]
     rows, keys = cache_rows(folder)
     assert rows > len(keys)  # the crash did leave duplicates ...

@@ -13,9 +13,10 @@ import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
@@ -111,3 +112,126 @@ def writing(directory: str | Path) -> Iterator[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     with folder_lock(directory):
         yield directory
+
+
+# ---- pending work: a planned part of a cache fill, claimed by one worker at a time
+# (tasks/stages/embed_shards.py): the planner writes each part's inputs as a file under
+# `pending/`, a worker holds the part's lock while it computes and removes the file when done.
+
+
+def pending_dir(directory: str | Path) -> Path:
+    return Path(directory) / "pending"
+
+
+def pending_paths(directory: str | Path) -> list[Path]:
+    return sorted(pending_dir(directory).glob("*.parquet"))
+
+
+def write_pending(directory: str | Path, name: str, table: pa.Table) -> Path:
+    """A part's inputs, complete with its checksum before this returns. Call with the folder lock held."""
+    return write_checked(pending_dir(directory) / f"{name}.parquet",
+                         lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def read_pending(path: Path, store: str | Path) -> pa.Table | None:
+    """The part's inputs, or None when it is done (removed) or damaged (quarantined: the next
+    plan finds its rows missing and plans them again)."""
+    if not path.exists():
+        return None
+    if checksum_ok(path) is False:
+        quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+        return None
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # whatever pyarrow raises, an unreadable file is damage
+        quarantine(path, store, f"unreadable pending work ({type(error).__name__}: {error})")
+        return None
+
+
+def work_lock(path: str | Path):
+    """Held by the one worker computing a pending part: a second run's worker waits, then finds it done."""
+    path = Path(path)
+    return file_lock(path.parent / f".{path.name}.lock")
+
+
+def remove_pending(path: Path) -> None:
+    """A finished part's file, its checksum and its lock file (call with its work lock held: part
+    names carry their plan's time stamp and are never reused, so a waiter on the old lock finds
+    the part gone and nobody opens that lock again)."""
+    remove_shard(path)
+    journal_path(path).unlink(missing_ok=True)
+    (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
+
+
+# ---- a part's journal: its computed rows, appended batch by batch (one write, no rename, no
+# checksum, no lock: the part's work lock covers it), so per-batch cost stays small while a
+# killed worker still loses only its in-flight batch. Finished (or recovered by the next
+# worker), the journal becomes one checked shard.
+
+
+_ROW_GROUP = 8192
+
+
+def journal_path(part: Path) -> Path:
+    return Path(part).with_suffix(".arrows")
+
+
+@contextlib.contextmanager
+def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch], None]]:
+    """An append function for the part's journal (a fresh Arrow IPC stream); each batch is
+    flushed to the kernel before it returns, so a killed process keeps it."""
+    with open(journal_path(part), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        def append(batch: pa.RecordBatch) -> None:
+            writer.write_batch(batch)
+            sink.flush()
+
+        yield append
+
+
+def journal_batches(part: Path) -> list[pa.RecordBatch]:
+    """The complete batches of a part's journal; a torn last batch (killed mid-write) is dropped."""
+    path = journal_path(part)
+    if not path.exists():
+        return []
+    batches = []
+    try:
+        with pa.ipc.open_stream(pa.memory_map(str(path))) as reader:
+            for batch in reader:
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError, EOFError):
+        pass  # the tail a killed writer left; everything before it is whole
+    return batches
+
+
+def shard_from_journal(directory: str | Path, part: Path, skip: set[str] = frozenset()) -> list[str]:
+    """The journal's rows, less those whose key is in `skip` (already in a shard: a recovery
+    killed after its shard was written and before the journal went), as one shard written batch
+    by batch and checked; then the journal goes. Returns the keys written. Call with the folder lock held."""
+    import pyarrow.compute as pc
+
+    batches = journal_batches(part)
+    if skip:
+        wanted = pa.array(sorted(skip), pa.string())
+        batches = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=wanted))) for b in batches]
+    batches = [b for b in batches if b.num_rows]
+    if batches:
+        def write(tmp: str) -> None:
+            with pq.ParquetWriter(tmp, batches[0].schema, compression="zstd") as writer:
+                group: list[pa.RecordBatch] = []
+                for batch in batches + [None]:  # row groups of ~8k rows, not one per small batch
+                    if group and (batch is None or sum(b.num_rows for b in group) >= _ROW_GROUP):
+                        writer.write_table(pa.Table.from_batches(group))
+                        group = []
+                    if batch is not None:
+                        group.append(batch)
+
+        name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        write_checked(Path(directory) / name, write)
+    drop_journal(part)
+    return [key for b in batches for key in b.column("key").to_pylist()]
+
+
+def drop_journal(part: Path) -> None:
+    journal_path(part).unlink(missing_ok=True)

@@ -162,6 +162,14 @@ def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str
     return runner.submit("embed", embed_finish_stage, plan, *parts, label=f"embed-{label}-{role}")
 
 
+def embed_in_place(provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
+                   make_provider: Callable = default_provider, set_label: str | None = None):
+    """plan -> parts -> finish in this call (from inside another stage, e.g. the fine-tune step)."""
+    plan = embed_plan_stage(provider, texts_path, id_column, role, store, force, make_provider, set_label=set_label)
+    parts = [embed_part_stage(plan, index, provider, make_provider) for index in range(provider.shards)]
+    return embed_finish_stage(plan, *parts)
+
+
 _providers: dict = {}  # (make_provider, provider spec) -> provider: a worker loads a model once for all its parts
 
 
@@ -220,9 +228,9 @@ def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, fi
     enough_dev_queries(spec, saved.queries, saved.qrels, f"dataset {spec.dataset.path}")  # before the base is run
     base = next(p for p in spec.providers if p.name == tuned.options["base"])
     store = str(spec.store_dir)
-    doc_set = embed_stage(base, chunks.path, "chunk_id", "document", store, False, make_provider, set_label=base.name)
-    query_set = embed_stage(base, dataset.queries_path, "query_id", "query", store, False, make_provider,
-                            set_label=base.name)
+    doc_set = embed_in_place(base, chunks.path, "chunk_id", "document", store, False, make_provider, set_label=base.name)
+    query_set = embed_in_place(base, dataset.queries_path, "query_id", "query", store, False, make_provider,
+                               set_label=base.name)
     built = index_stage(doc_set, IndexSettings("flat"), spec, False)
     run = retrieve_stage(built, doc_set, query_set, chunks, spec, (), False, setting=base.name, filters=filters)[0]
     return train_from_run(tuned, make_provider(base), run.path, dataset.path, store, force, log.info,

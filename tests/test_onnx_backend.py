@@ -51,11 +51,12 @@ def test_int8_quantises_the_matrix_products_and_stays_close_to_torch(tmp_path):
     got = l2_normalized(int8.encode(texts, "document"))
     cosines = (got * expected).sum(axis=1)
     # 8-bit weights move the vectors a little, in the texts' own order (encoded longest first)
-    assert cosines.min() > 0.97 and cosines.mean() > 0.98, cosines
+    assert cosines.min() > 0.98 and cosines.mean() > 0.985, cosines
     ops = collections.Counter(node.op_type for node in onnx.load(str(next(tmp_path.glob("*/model.onnx")))).graph.node)
     # every layer's Q/K/V projection inside QAttention, its output and two feed-forward products as MatMulInteger;
-    # no float MatMul is left
+    # no float MatMul is left; the embedding lookup stays float
     assert ops["QAttention"] == 6 and ops["MatMulInteger"] == 18 and ops["MatMul"] == 0, ops
+    assert ops["EmbedLayerNormalization"] == 1 and ops["QEmbedLayerNormalization"] == 0
     fingerprint = int8.fingerprint()
     assert fingerprint["backend"] == "onnx-int8" and fingerprint["onnx_sha256"] != torch_provider.fingerprint().get("onnx_sha256")
 

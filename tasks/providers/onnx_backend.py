@@ -8,7 +8,7 @@ needs optimum-onnx, which requires transformers < 4.58 while this environment ha
 recipe is optimum's done by hand: torch.onnx's TorchScript exporter (`dynamo=False`: onnxruntime's
 BERT fusions match its graph, not the dynamo exporter's), onnxruntime.transformers' optimizer
 (fused Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu), then for int8
-`quantize_dynamic` (QInt8 weights per tensor, as sentence-transformers' avx512_vnni config).
+`quantize_dynamic` (QInt8 weights per output channel, on MatMul and Attention only).
 Texts are encoded longest first, as sentence-transformers does, so a batch pads to similar lengths.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tasks.store.files import file_sha256, stable_hash, write_json
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # Part of the export's cache key (so of the fingerprint): change it when the recipe changes.
-EXPORT_RECIPE = "onnx-export-v2: torchscript export, bert fusions, dynamic int8 per tensor"
+EXPORT_RECIPE = "onnx-export-v3: torchscript export, bert fusions, dynamic int8 per channel on MatMul/Attention"
 _POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 
 
@@ -77,8 +77,12 @@ class OnnxEncoder:
                 import onnx
                 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-                # The fused ops carry no shape information for the quantizer: their outputs are float.
-                quantize_dynamic(str(fused), str(tmp / "model.onnx"), weight_type=QuantType.QInt8,
+                # Per output channel: one scale per tensor moved MiniLM's vectors to cosine 0.89 of
+                # torch's on Cranfield documents, per channel 0.97. The embedding tables stay float
+                # (a lookup: quantising them saves no time). The fused ops carry no shape
+                # information for the quantizer: their outputs are float.
+                quantize_dynamic(str(fused), str(tmp / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True,
+                                 op_types_to_quantize=["MatMul", "Attention"],
                                  extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
                 fused.unlink()
             write_json(tmp / "export.json", {"weights_sha256": self.weights_hash, "backend": self.backend,

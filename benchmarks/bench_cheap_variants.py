@@ -1,6 +1,6 @@
 """Cheaper variants of a model on Cranfield: truncated dimensions (384/256/128), scalar-quantised
 (fp16, 8-bit) and binary (+ float re-scoring) indexes: bytes per vector, index bytes and the
-nDCG@10 change with a paired bootstrap interval.
+nDCG@10 and Recall@10 changes with paired bootstrap intervals.
 
     python benchmarks/bench_cheap_variants.py [--models minilm e5-small] [--store-dir DIR]
 
@@ -44,7 +44,7 @@ def flat_per_query(docs: np.ndarray, queries: np.ndarray, doc_ids: pl.Series, qu
     index.add(docs)
     hits = search_documents(index, queries, np.arange(len(docs)), 100)
     run = pl.DataFrame({"query_id": query_ids.gather(hits["query"]), "doc_id": doc_ids.gather(hits["chunk"]), "score": hits["score"]})
-    return evaluate(run, qrels, ["ndcg@10"]).per_query.with_columns(
+    return evaluate(run, qrels, ["ndcg@10", "recall@10"]).per_query.with_columns(
         provider=pl.lit(label), index=pl.lit("flat"), nprobe=pl.lit(None, dtype=pl.Int64))
 
 
@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["minilm"], choices=list(MODELS))
     parser.add_argument("--dims", nargs="+", type=int, default=[384, 256, 128])
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/retbench-cheap-store"))
+    parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
     args = parser.parse_args()
     store, out = args.store_dir, args.store_dir / "out"
     dataset = load_dataset(CRANFIELD, "cranfield", "all")
@@ -82,8 +83,9 @@ def main() -> None:
                 query_set = write_embedding_set(store, label, {**fingerprint, "of": full_queries.key}, "query",
                                                 query_ids.to_list(), short_queries)
             own = flat_per_query(short_docs, short_queries, doc_ids, query_ids, dataset.qrels, label)
-            versus = paired_comparison(pl.concat([own, full_pq]) if label != full_pq["provider"][0] else full_pq,
-                                       (label, "flat", None), (full_pq["provider"][0], "flat", None)).row(0, named=True)
+            compared = paired_comparison(pl.concat([own, full_pq]) if label != full_pq["provider"][0] else full_pq,
+                                         (label, "flat", None), (full_pq["provider"][0], "flat", None))
+            versus = {r["measure"]: r for r in compared.iter_rows(named=True)}
             result = run_sweep(doc_set, query_set, chunks_path, dataset.qrels, spec, store, out)
             table = pl.read_parquet(result.path)
             for r in table.iter_rows(named=True):
@@ -93,17 +95,26 @@ def main() -> None:
                                                                 **__import__("json").loads(r["query_params"])}.items()),
                     "bytes_per_vector": round(r["bytes_per_vector"], 1), "rescore_bytes": r["rescore_bytes_per_vector"],
                     "index_bytes": r["index_bytes"], "projected_1M_MB": round(r["projected_index_bytes"] / 1e6, 1),
-                    "ndcg@10": round(r["flat_ndcg@10"] + r["delta_ndcg@10"], 4),
-                    "delta_vs_own_flat": round(r["delta_ndcg@10"], 4),
-                    "own_ci": f"[{r['delta_ndcg@10_ci_low']:+.4f}, {r['delta_ndcg@10_ci_high']:+.4f}]",
-                    "flat_delta_vs_full": round(versus["diff"], 4),
-                    "full_ci": f"[{versus['ci_low']:+.4f}, {versus['ci_high']:+.4f}]",
                     "neighbour_recall@10": round(r["neighbour_recall@10"], 3),
                 })
+                for measure in ("ndcg@10", "recall@10"):
+                    rows[-1] |= {
+                        measure: round(r[f"flat_{measure}"] + r[f"delta_{measure}"], 4),
+                        f"{measure}_vs_own_flat": round(r[f"delta_{measure}"], 4),
+                        f"{measure}_own_ci": f"[{r[f'delta_{measure}_ci_low']:+.4f}, {r[f'delta_{measure}_ci_high']:+.4f}]",
+                        # the flat search of this dimension against the full model's; an index's
+                        # own delta adds to it (means add; the interval is of the flat part only)
+                        f"{measure}_flat_vs_full": round(versus[measure]["diff"], 4),
+                        f"{measure}_full_ci": f"[{versus[measure]['ci_low']:+.4f}, {versus[measure]['ci_high']:+.4f}]",
+                    }
     pl.Config.set_tbl_rows(100)
-    pl.Config.set_tbl_cols(20)
-    pl.Config.set_tbl_width_chars(250)
-    print(pl.DataFrame(rows))
+    pl.Config.set_tbl_cols(40)
+    pl.Config.set_tbl_width_chars(400)
+    table = pl.DataFrame(rows)
+    print(table)
+    if args.csv:
+        table.write_csv(args.csv)
+        print(f"written {args.csv}")
 
 
 if __name__ == "__main__":

@@ -414,6 +414,27 @@ def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict,
     return report.write_tables(Path(spec.output_dir), tables)
 
 
+def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[str, str]:
+    """`cheaper_variants`: each provider, truncated or other-engine variant and compressed index
+    beside its full version (tasks/analysis/cheaper.py), from the tables this run wrote."""
+    from tasks.analysis.cheaper import cheaper_variants_table
+    from tasks.config.cheaper import cheaper_variants
+    from tasks.reporting import tables as report
+    from tasks.store.files import write_text
+
+    read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
+    cut = 10 if 10 in spec.k else max(spec.k)
+    stats = spec.statistics
+    table = cheaper_variants_table(
+        read("per_query"), read("storage"), cheaper_variants(spec), [p.name for p in spec.providers],
+        [f"ndcg@{cut}", f"recall@{cut}"], sweep=read("ann_sweep"), latency=read("latency"),
+        project_vectors=spec.sweep.project_vectors if spec.sweep else None, resamples=stats.resamples,
+        permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
+    paths = report.write_tables(Path(spec.output_dir), {"cheaper_variants": table})
+    paths["cheaper_variants_csv"] = str(write_text(Path(spec.output_dir) / "cheaper_variants.csv", table.write_csv()))
+    return paths
+
+
 def report_stage(spec: BenchmarkSpec, run_id: str):
     from tasks.reporting.publish import publish
 
@@ -576,6 +597,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
         from tasks.stages.sweep import write_sweep_tables
 
         tables |= write_sweep_tables(sweep_results, Path(spec.output_dir))
+    if reaches("score") and "per_query" in tables and "storage" in tables:
+        tables |= cheaper_variants_stage(spec, tables)
     all_embeddings = [d.result() for d in doc_sets.values()] + [q.result() for q in query_sets.values()]
     all_indexes = [i for group in built.values() for i in group] + variant_indexes
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,

@@ -119,7 +119,9 @@ def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
     # (The cache folder is listed each time its lock is taken: another process may have written.)
     assert set(_listed(ten)) == {f"ten/{mine}/", "ten/history/summary/", "ten/history/per_query/"}
     # The cached rerun writes only its own history record.
-    assert written and all(k.startswith("history/") for k in written)
+    # A cached rerun writes its history record, and the report's figures that changed with it
+    # (the trend gains a run); nothing of any provider.
+    assert written and all(k.startswith(("history/", "figures/")) for k in written)
 
     # The same rerun against a store holding this provider alone fetches the same objects.
     _run(tmp_path, "one-first", _uri(s3, "one"), providers[:1])

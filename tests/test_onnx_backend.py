@@ -1,10 +1,15 @@
 """The ONNX backend of the sentence-transformers provider: same vectors as torch (to float
-precision), its own fingerprint, one export per model kept in a cache folder outside the package."""
+precision; int8 close), its own fingerprint, one export per model kept in a cache folder outside
+the package, with onnxruntime's fused BERT operators and int8 matrix products."""
+import collections
+import json
+
 import numpy as np
 import pytest
 
 from tasks.config.spec import SpecError, load_spec
 from tasks.providers import create_provider
+from tasks.providers.onnx_backend import EXPORT_RECIPE
 from tasks.stages.vectors import l2_normalized
 
 TEXTS = ["How do I rotate an API key?", "refund", "Webhook retries use exponential backoff with jitter, up to 10 times."]
@@ -25,10 +30,35 @@ def test_onnx_matches_torch_and_has_its_own_fingerprint(tmp_path):
     assert onnx_provider.token_counts(TEXTS, "query") == torch_provider.token_counts(TEXTS, "query")
     exports = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
     assert len(exports) == 1 and "-onnx-" in exports[0]  # one export, named by model, backend and key
+    export = json.loads(next(tmp_path.glob("*/export.json")).read_text())
+    assert export["recipe"] == EXPORT_RECIPE
+    # onnxruntime's BERT fusions took: one Attention per layer, and the embeddings' LayerNorm
+    assert export["fused_operators"]["Attention"] == 6 and export["fused_operators"]["EmbedLayerNormalization"] == 1
     model_file = next(tmp_path.glob("*/model.onnx"))
     mtime = model_file.stat().st_mtime_ns
     again = create_provider("sentence-transformers", {"backend": "onnx", "onnx_cache": str(tmp_path)})
     assert again.fingerprint()["onnx_sha256"] == fingerprint["onnx_sha256"] and model_file.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.slow
+def test_int8_quantises_the_matrix_products_and_stays_close_to_torch(tmp_path):
+    import onnx
+
+    torch_provider = create_provider("sentence-transformers")
+    int8 = create_provider("sentence-transformers", {"backend": "onnx-int8", "onnx_cache": str(tmp_path)})
+    texts = TEXTS + [f"A longer text about key rotation number {i}, padded out with more words." * (i + 1) for i in range(5)]
+    expected = l2_normalized(torch_provider.encode(texts, "document"))
+    got = l2_normalized(int8.encode(texts, "document"))
+    cosines = (got * expected).sum(axis=1)
+    # 8-bit weights move the vectors a little, in the texts' own order (encoded longest first)
+    assert cosines.min() > 0.98 and cosines.mean() > 0.985, cosines
+    ops = collections.Counter(node.op_type for node in onnx.load(str(next(tmp_path.glob("*/model.onnx")))).graph.node)
+    # every layer's Q/K/V projection inside QAttention, its output and two feed-forward products as MatMulInteger;
+    # no float MatMul is left; the embedding lookup stays float
+    assert ops["QAttention"] == 6 and ops["MatMulInteger"] == 18 and ops["MatMul"] == 0, ops
+    assert ops["EmbedLayerNormalization"] == 1 and ops["QEmbedLayerNormalization"] == 0
+    fingerprint = int8.fingerprint()
+    assert fingerprint["backend"] == "onnx-int8" and fingerprint["onnx_sha256"] != torch_provider.fingerprint().get("onnx_sha256")
 
 
 def test_unknown_backend_is_refused_at_spec_load(tmp_path):

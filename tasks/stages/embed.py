@@ -116,23 +116,35 @@ def embed_texts(
     `force` embeds every text again; the new rows win over the old ones on read.
     """
     started = time.perf_counter()
-    if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
-    directory, fingerprint, fp_hash = cache_dir_for(store, provider)
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = [cache_key(fp_hash, role, text) for text in texts]
-    set_key = stable_hash(fp_hash, role, keys, list(ids))
-    set_path = Path(store) / "sets" / f"{set_key}.parquet"
+    directory, keys, set_key, set_path = set_address(provider, ids, texts, role, store)
     # One writer per provider folder: a second run waits here, then finds the rows cached.
     with shards.folder_lock(directory):
-        if not (directory / "fingerprint.json").exists():
-            write_json(directory / "fingerprint.json", fingerprint)
-        live = heal_cache(directory, store)
+        live = open_folder(directory, provider, store)
         result = _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path,
                                store, batch_size, progress, force, live, started)
         if force:
             heal_cache(directory, store)  # the old rows of re-embedded texts are dead now
     return result
+
+
+def set_address(provider: Provider, ids: Sequence[str], texts: Sequence[str], role: Role,
+                store: Path) -> tuple[Path, list[str], str, Path]:
+    """(cache folder, content key per text, set key, set file) of `texts` embedded by `provider`."""
+    if len(ids) != len(texts):
+        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
+    directory, _, fp_hash = cache_dir_for(store, provider)
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = [cache_key(fp_hash, role, text) for text in texts]
+    set_key = stable_hash(fp_hash, role, keys, list(ids))
+    return directory, keys, set_key, Path(store) / "sets" / f"{set_key}.parquet"
+
+
+def open_folder(directory: Path, provider: Provider, store: Path) -> "LiveRows":
+    """The provider's cache folder made ready (its fingerprint.json, healed shards); its live rows.
+    Call with the folder's lock held."""
+    if not (directory / "fingerprint.json").exists():
+        write_json(directory / "fingerprint.json", cache_dir_for(store, provider)[1])
+    return heal_cache(directory, store)
 
 
 def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path, store,

@@ -26,10 +26,9 @@ import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
 from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table,
-                                _weakest, cache_dim, cache_dir_for, cache_key, heal_cache, shard_paths)
+                                _weakest, cache_dim, heal_cache, open_folder, set_address, shard_paths)
 from tasks.store import shards
 from tasks.store.build import build_once
-from tasks.store.files import stable_hash, write_json
 from tasks.store.integrity import parquet_readable
 
 _PLANNED = b"planned_ns"  # part metadata: rows written to the cache after this moment are done
@@ -75,17 +74,9 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
     """Write the set file and the pending parts of its missing texts: at most `shards_` parts,
     and none smaller than a batch (fewer parts when fewer texts are missing)."""
     started = time.time()
-    if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
-    directory, fingerprint, fp_hash = cache_dir_for(store, provider)
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = [cache_key(fp_hash, role, text) for text in texts]
-    set_key = stable_hash(fp_hash, role, keys, list(ids))
-    set_path = Path(store) / "sets" / f"{set_key}.parquet"
+    directory, keys, set_key, set_path = set_address(provider, ids, texts, role, store)
     with shards.folder_lock(directory):
-        if not (directory / "fingerprint.json").exists():
-            write_json(directory / "fingerprint.json", fingerprint)
-        live = heal_cache(directory, store)
+        live = open_folder(directory, provider, store)
         cached = set() if force else live
         missing: dict[str, str] = {}
         cached_texts, cached_keys = [], []

@@ -14,6 +14,7 @@ import polars as pl
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import UnfinishedRun
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -22,17 +23,49 @@ from tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F40
 from tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
 
 
+class StageFuture:
+    """A submitted stage call. Prefect leaves a call whose input failed in a pending state and
+    `result()` then says only "UnfinishedRun"; this one raises the failed input's own error
+    (an HTTP 401 in one embedding part, say), which the command line reports in one line."""
+
+    def __init__(self, future, upstream: list["StageFuture"]):
+        self.future, self.upstream = future, upstream
+
+    def result(self):
+        try:
+            return self.future.result()
+        except UnfinishedRun:
+            for parent in self.upstream:
+                parent.result()  # raises the error that kept this call from running
+            raise
+
+
+def _unwrap(value, found: list[StageFuture]):
+    """`value` with our futures replaced by Prefect's (which Prefect resolves), noting them."""
+    if isinstance(value, StageFuture):
+        found.append(value)
+        return value.future
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v, found) for v in value)
+    if isinstance(value, dict):
+        return {k: _unwrap(v, found) for k, v in value.items()}
+    return value
+
+
 class PrefectRunner:
     """Submits each stage call as a Prefect task run on the flow's task runner."""
 
     def __init__(self):
         self._tasks: dict = {}
 
-    def submit(self, stage: str, fn, *args, label: str = "", **kwargs):
+    def submit(self, stage: str, fn, *args, label: str = "", **kwargs) -> StageFuture:
         key = (stage, fn)
         if key not in self._tasks:
             self._tasks[key] = task(fn, name=stage, cache_policy=NO_CACHE, persist_result=False)
-        return self._tasks[key].with_options(task_run_name=label or stage).submit(*args, **kwargs)
+        upstream: list[StageFuture] = []
+        args, kwargs = _unwrap(args, upstream), _unwrap(kwargs, upstream)
+        future = self._tasks[key].with_options(task_run_name=label or stage).submit(*args, **kwargs)
+        return StageFuture(future, upstream)
 
 
 def publish_artifacts(spec):

@@ -57,12 +57,14 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true", help="texts/s only")
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/retbench-cheap-store"))
     parser.add_argument("--onnx-cache", type=Path, default=None)
+    parser.add_argument("--batch-size", type=int, default=64, help="texts per encode call, the same on both sides")
     args = parser.parse_args()
     dataset = load_dataset(CRANFIELD, "cranfield", "all")
     texts = [document_text(t, x) for t, x in dataset.corpus.select("title", "text").iter_rows()]
     cache = {"onnx_cache": str(args.onnx_cache)} if args.onnx_cache else {}
-    backends = {"torch-fp32": create_provider("sentence-transformers"),
-                "onnx-int8": create_provider("sentence-transformers", {"backend": "onnx-int8", **cache})}
+    batching = {"batch_size": args.batch_size}
+    backends = {"torch-fp32": create_provider("sentence-transformers", batching),
+                "onnx-int8": create_provider("sentence-transformers", {"backend": "onnx-int8", **batching, **cache})}
     started = time.perf_counter()
     print("onnx-int8 fingerprint:", {k: v for k, v in backends["onnx-int8"].fingerprint().items() if k in ("backend", "onnx_sha256")},
           f"(export ready in {time.perf_counter() - started:.1f} s)")
@@ -74,7 +76,7 @@ def main() -> None:
     import torch
 
     print(f"threads: torch {torch.get_num_threads()}, onnxruntime {backends['onnx-int8']._onnx.session.get_session_options().intra_op_num_threads}; "
-          f"load average before {os.getloadavg()}")
+          f"batch size {args.batch_size}; load average before {os.getloadavg()}")
     rates: dict[str, list[float]] = {name: [] for name in backends}
     for round_ in range(args.rounds):
         order = list(backends) if round_ % 2 == 0 else list(reversed(backends))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.counting_proxy import CountingProxy  # noqa: E402
-from tests.faulty_server import free_port, stop_process, wait_for_http  # noqa: E402
+from tests.moto_s3 import moto_s3  # noqa: E402
 
 BUCKET = "retbench-bench"
 SPEC = """
@@ -68,20 +67,10 @@ def main() -> None:
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                      RETBENCH_CACHE=str(args.work / "cache"))
-    port = free_port()
-    log = open(args.work / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
+    os.environ["RETBENCH_CACHE"] = str(args.work / "cache")
     rows = []
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
-        import pyarrow.fs as pafs
-
-        pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
-                          allow_bucket_creation=True).create_dir(BUCKET)
-        with CountingProxy(f"127.0.0.1:{port}") as proxy:
+    with moto_s3(args.work, BUCKET) as endpoint:
+        with CountingProxy(endpoint) as proxy:
             for count in (1, args.providers):
                 store = f"s3://{BUCKET}/p{count}?endpoint_override={proxy.address}&scheme=http&region=us-east-1"
                 providers = [provider(i) for i in range(count)]
@@ -97,9 +86,6 @@ def main() -> None:
                 objects, total = store_bytes(store)
                 proxy.take()
                 rows.append((count, "store", (objects, total)))
-    finally:
-        stop_process(server)
-        log.close()
 
     print(f"runs of provider h0 (sample collection), store holding 1 vs {args.providers} providers; "
           "first: its first full run, cold: cached rerun from a fresh scratch folder, warm: from the same one")

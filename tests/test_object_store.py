@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.counting_proxy import CountingProxy
-from tests.faulty_server import free_port, stop_process, wait_for_http
+from tests.moto_s3 import moto_s3
 
 BUCKET = "retbench-objects"
 
@@ -30,30 +30,8 @@ store_mirror: {scratch}
 def s3(tmp_path_factory):
     """(proxy, endpoint of the proxy): moto on a free port, the proxy in front of it."""
     pytest.importorskip("moto")
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-                                            "RETBENCH_OBJECT_STORES")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
-        import pyarrow.fs as pafs
-
-        pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
-                          allow_bucket_creation=True).create_dir(BUCKET)
-        with CountingProxy(f"127.0.0.1:{port}") as proxy:
-            yield proxy
-    finally:
-        stop_process(server)
-        log.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
+    with moto_s3(tmp_path_factory.mktemp("moto"), BUCKET) as endpoint, CountingProxy(endpoint) as proxy:
+        yield proxy
 
 def _uri(proxy, prefix: str) -> str:
     return f"s3://{BUCKET}/{prefix}?endpoint_override={proxy.address}&scheme=http&region=us-east-1"

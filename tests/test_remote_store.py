@@ -1,13 +1,10 @@
 """The store on an S3-compatible object store: moto's server on 127.0.0.1, started by the test."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.faulty_server import free_port, stop_process, wait_for_http
+from tests.moto_s3 import moto_s3
 
 SPEC = """
 name: s3
@@ -24,27 +21,8 @@ store_mirror: {mirror}
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
     pytest.importorskip("moto")
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/moto-api/", 60)
-        import pyarrow.fs as pafs
-
-        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1", allow_bucket_creation=True)
-        fs.create_dir("retbench-test")
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(server)
-        log.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
+    with moto_s3(tmp_path_factory.mktemp("moto"), "retbench-test") as endpoint:
+        yield endpoint
 
 def test_store_on_s3_is_shared_between_scratch_folders(s3_endpoint, tmp_path, prefect_harness):
     import pyarrow.fs as pafs

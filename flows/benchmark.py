@@ -58,6 +58,16 @@ class PrefectRunner:
     def __init__(self):
         self._tasks: dict = {}
 
+    @property
+    def default_shards(self) -> int:
+        """8 parts per set where task runs run side by side (Dask: over its workers); 1 on
+        the default runner, which runs one stage call at a time."""
+        from prefect.context import FlowRunContext
+
+        context = FlowRunContext.get()
+        runner = context.task_runner if context else None
+        return 8 if runner is not None and type(runner).__name__ == "DaskTaskRunner" else 1
+
     def submit(self, stage: str, fn, *args, label: str = "", **kwargs) -> StageFuture:
         key = (stage, fn)
         if key not in self._tasks:

@@ -62,6 +62,10 @@ class Runner:
     """Runs each stage call at once, in this process; `announce(stage)` is called when a
     stage starts (the crash tests kill the process at chosen stages)."""
 
+    # Parts of one set embedded one after another buy nothing, and cost padding: each part is
+    # length-sorted on its own, so its batches mix lengths more than one sorted pass does.
+    default_shards = 1
+
     def __init__(self, announce: Callable[[str], None] | None = None):
         self.announce = announce or (lambda stage: None)
         self.started: list[str] = []
@@ -154,6 +158,7 @@ def embed_finish_stage(plan, *parts):
 def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
            make_provider: Callable, label: str):
     """One set as plan -> `provider.shards` part task runs -> finish; a future of its EmbeddingSet."""
+    provider = with_shards(provider, runner.default_shards)
     plan = runner.submit("embed", embed_plan_stage, provider, texts_path, id_column, role, store, force, make_provider,
                          label=f"embed-{label}-{role}-plan", set_label=label)
     parts = [runner.submit("embed", embed_part_stage, plan, index, provider, make_provider,
@@ -165,9 +170,15 @@ def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str
 def embed_in_place(provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
                    make_provider: Callable = default_provider, set_label: str | None = None):
     """plan -> parts -> finish in this call (from inside another stage, e.g. the fine-tune step)."""
+    provider = with_shards(provider, 1)
     plan = embed_plan_stage(provider, texts_path, id_column, role, store, force, make_provider, set_label=set_label)
     parts = [embed_part_stage(plan, index, provider, make_provider) for index in range(provider.shards)]
     return embed_finish_stage(plan, *parts)
+
+
+def with_shards(provider: ProviderSpec, default: int) -> ProviderSpec:
+    """The provider with its part count settled: the spec's, else the runner's default."""
+    return provider if provider.shards else provider.model_copy(update={"shards": default})
 
 
 _providers: dict = {}  # (make_provider, provider spec) -> provider: a worker loads a model once for all its parts

@@ -75,8 +75,8 @@ class ProviderSpec(_Strict):
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
     batch_size: int = Field(64, ge=1, description="texts per cache shard: a crash loses at most one batch")
-    shards: int = Field(8, ge=1, le=4096, description="task runs the missing texts are split into (by content key), "
-                                                      "so Dask spreads one provider over its workers")
+    shards: int | None = Field(None, ge=1, le=4096, description="task runs the missing texts are split into (by content key), "
+                               "so Dask spreads one provider over its workers; default: 8 on Dask, 1 on the in-process runner")
     pricing: PricingSpec | None = Field(None, description="price per 1M tokens, with the date it was read")
     dimensions: int | None = Field(None, ge=1, description="keep the first N components of every vector, re-normalised")
 

@@ -73,6 +73,13 @@ def _objects(exchanges, method: str, prefix: str) -> set[str]:
             and e.path.startswith(f"/{BUCKET}/{prefix}/")}
 
 
+def _methods(exchanges) -> dict[str, int]:
+    """Requests by kind (a listing is a GET with list-type) and answer."""
+    from collections import Counter
+
+    return dict(Counter(("LIST" if "list-type" in e.query else e.method, e.status) for e in exchanges))
+
+
 def _stored_things(keys: set[str]) -> list[str]:
     """Keys apart from the history (named by run), shards by kind (their names carry a time)."""
     return sorted(re.sub(r"shard-\d+-[0-9a-f]+", "shard", k) for k in keys if not k.startswith("history/"))
@@ -108,6 +115,19 @@ def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
     _run(tmp_path, "one-rerun", _uri(s3, "one"), providers[:1])
     one = s3.take()
     assert _stored_things(_objects(one, "GET", "one")) == _stored_things(fetched)
+    assert _methods(one) == _methods(ten)  # request for request the same cost
+
+    # What each object costs. pyarrow 26 opens an object by path only (open_input_stream and
+    # open_input_file refuse a FileInfo; only dataset scans take one), so a GET follows a HEAD
+    # of the same key even where a listing gave the size: 2 requests per object fetched, each
+    # fetched once. An absent object is one HEAD answering 404 (no listing behind it).
+    gets = [e for e in ten if e.method == "GET" and "list-type" not in e.query]
+    heads = [e for e in ten if e.method == "HEAD" and e.path != f"/{BUCKET}"]  # the bucket: check_reachable
+    assert [e.path for e in heads if e.status == 200] == [e.path for e in gets]
+    assert len({e.path for e in gets}) == len(gets) and all(e.status == 206 for e in gets)
+    absent = [e for e in heads if e.status == 404]
+    assert all(e.path.endswith((".json", ".sha256")) for e in absent)  # build metadata, a figure not made yet
+    assert len(ten) == 1 + 2 * len(gets) + len(absent) + len(_listed(ten)) + len(_objects(ten, "PUT", "ten"))
     print(f"\ncached rerun, store with 10 providers: {len(ten)} requests, {sum(e.received for e in ten)} bytes "
           f"down, {sum(e.sent for e in ten)} up; with 1 provider: {len(one)} requests, "
           f"{sum(e.received for e in one)} bytes down, {sum(e.sent for e in one)} up")

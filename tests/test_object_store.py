@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -72,6 +73,13 @@ def _objects(exchanges, method: str, prefix: str) -> set[str]:
             and e.path.startswith(f"/{BUCKET}/{prefix}/")}
 
 
+def _methods(exchanges) -> dict[str, int]:
+    """Requests by kind (a listing is a GET with list-type) and answer."""
+    from collections import Counter
+
+    return dict(Counter(("LIST" if "list-type" in e.query else e.method, e.status) for e in exchanges))
+
+
 def _stored_things(keys: set[str]) -> list[str]:
     """Keys apart from the history (named by run), shards by kind (their names carry a time)."""
     return sorted(re.sub(r"shard-\d+-[0-9a-f]+", "shard", k) for k in keys if not k.startswith("history/"))
@@ -107,6 +115,19 @@ def test_cached_rerun_touches_only_the_objects_it_needs(s3, tmp_path):
     _run(tmp_path, "one-rerun", _uri(s3, "one"), providers[:1])
     one = s3.take()
     assert _stored_things(_objects(one, "GET", "one")) == _stored_things(fetched)
+    assert _methods(one) == _methods(ten)  # request for request the same cost
+
+    # What each object costs. pyarrow 26 opens an object by path only (open_input_stream and
+    # open_input_file refuse a FileInfo; only dataset scans take one), so a GET follows a HEAD
+    # of the same key even where a listing gave the size: 2 requests per object fetched, each
+    # fetched once. An absent object is one HEAD answering 404 (no listing behind it).
+    gets = [e for e in ten if e.method == "GET" and "list-type" not in e.query]
+    heads = [e for e in ten if e.method == "HEAD" and e.path != f"/{BUCKET}"]  # the bucket: check_reachable
+    assert [e.path for e in heads if e.status == 200] == [e.path for e in gets]
+    assert len({e.path for e in gets}) == len(gets) and all(e.status == 206 for e in gets)
+    absent = [e for e in heads if e.status == 404]
+    assert all(e.path.endswith((".json", ".sha256")) for e in absent)  # build metadata, a figure not made yet
+    assert len(ten) == 1 + 2 * len(gets) + len(absent) + len(_listed(ten)) + len(_objects(ten, "PUT", "ten"))
     print(f"\ncached rerun, store with 10 providers: {len(ten)} requests, {sum(e.received for e in ten)} bytes "
           f"down, {sum(e.sent for e in ten)} up; with 1 provider: {len(one)} requests, "
           f"{sum(e.received for e in one)} bytes down, {sum(e.sent for e in one)} up")
@@ -252,3 +273,81 @@ def test_a_shard_merged_away_elsewhere_leaves_other_scratch_folders(s3, tmp_path
     in_flight.with_name(in_flight.name + ".sha256").write_text(f"{'0' * 64}  {in_flight.name}\n")
     with shards.folder_lock(two.scratch / folder, shared=True):
         assert [p.name for p in shards.shard_paths(two.scratch / folder)] == [in_flight.name, kept.name]
+
+
+WORKER = """
+import dataclasses, json, sys
+from tasks.providers import create_provider
+from tasks.stages.embed_shards import EmbedPlan, embed_part
+fields = json.loads(sys.argv[1])
+plan = EmbedPlan(**{**fields, "parts": tuple(fields["parts"])})
+provider = create_provider("hashing", {"dim": 32})
+print(json.dumps([dataclasses.asdict(embed_part(provider, plan, i, 3, 16)) for i in range(3)]))
+"""
+
+
+def test_sharded_embedding_with_a_worker_on_another_scratch_folder(s3, tmp_path):
+    """plan -> parts on a worker of another machine -> finish, on an s3:// store. Dask hands the
+    worker the plan's paths; on another machine the folder at that path is its own, empty at
+    first, found through RETBENCH_OBJECT_STORES alone. Here the planner's folder is moved aside
+    while the worker (a subprocess) runs, so the worker sees only its own folder at that path."""
+    import dataclasses
+    import json
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tasks.providers import create_provider
+    from tasks.stages.embed import embed_texts, read_vectors
+    from tasks.stages.embed_shards import PartResult, finish_embedding, plan_embedding
+    from tasks.store.remote import ENVIRONMENT
+    from tests.test_sharded_embed import IDS, TEXTS
+
+    provider = create_provider("hashing", {"dim": 32})
+    single = embed_texts(provider, "h", IDS, TEXTS, "document", tmp_path / "local", batch_size=16)
+    scratch = _attached(s3, tmp_path, "sharded").scratch
+    plan = plan_embedding(provider, "h", IDS, TEXTS, "document", scratch, 3, 16)
+    assert len(plan.parts) == 3 and plan.missing == 199
+    planner = scratch.rename(tmp_path / "planner")
+    env = {**os.environ, ENVIRONMENT: json.dumps({str(scratch): _uri(s3, "sharded")})}
+    s3.take()
+    done = subprocess.run([sys.executable, "-c", WORKER, json.dumps(dataclasses.asdict(plan))], cwd=ROOT, env=env,
+                          check=True, timeout=300, capture_output=True, text=True)
+    worker = s3.take()
+    parts = [PartResult(**r) for r in json.loads(done.stdout.splitlines()[-1])]
+    assert sum(p.embedded for p in parts) == 199
+    # The worker fetched each pending part (and nothing of it stays in the bucket once done);
+    # its journals and locks stayed in its own folder.
+    pending = {Path(p).relative_to(scratch).as_posix() for p in plan.parts}
+    assert pending <= _objects(worker, "GET", "sharded") and pending <= _objects(worker, "DELETE", "sharded")
+    assert not [k for k in _objects(worker, "PUT", "sharded") if k.endswith((".arrows", ".lock"))]
+
+    # Back on the planner's machine: finish, then read the cache from a third, empty folder.
+    scratch.rename(tmp_path / "worker")
+    planner.rename(scratch)
+    result = finish_embedding(plan, parts)
+    assert (result.embedded, result.from_cache, result.repeated) == (single.embedded, single.from_cache, single.repeated)
+    reader = _attached(s3, tmp_path / "reader", "sharded")
+    cache = Path(plan.cache_dir).relative_to(scratch)
+    stored = reader.listing(reader.scratch / cache, recursive=True)
+    assert not [name for name in stored if name.startswith("pending/")]
+    shards = sorted(name for name in stored if name.startswith("shard-") and name.endswith(".parquet"))
+    assert len(shards) == 3  # one per part
+    keys = []
+    for name in shards:
+        assert reader.fetch(reader.scratch / cache / name)
+        keys += pq.read_table(reader.scratch / cache / name, columns=["key"]).column("key").to_pylist()
+    assert len(keys) == len(set(keys)) == 199  # every vector once
+    again = embed_texts(provider, "h", IDS, TEXTS, "document", reader.scratch, batch_size=16)
+    assert again.embedded == 0
+    ids_a, a = read_vectors(single)[:2]
+    ids_b, b = read_vectors(again)[:2]
+    assert ids_a == ids_b == IDS and np.array_equal(a, b)
+
+    # The planner's folder still holds its copies of the parts the worker finished: a forced
+    # re-embed plans new parts rather than handing out those (no longer in the bucket).
+    assert len(list((Path(plan.cache_dir) / "pending").glob("*.parquet"))) == 3
+    forced = plan_embedding(provider, "h", IDS, TEXTS, "document", scratch, 3, 16, force=True)
+    assert len(forced.parts) == 3 and not set(forced.parts) & set(plan.parts)
+    assert sorted(p.name for p in (Path(plan.cache_dir) / "pending").glob("*.parquet")) == \
+        sorted(Path(p).name for p in forced.parts)

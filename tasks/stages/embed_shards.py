@@ -104,7 +104,8 @@ def _claim_pending(directory: Path, store: Path, missing: dict[str, str], live) 
     ours they hold are theirs to embed (we wait on their work lock); a part whose texts are all
     cached by now is finished business and removed. Call with the folder lock held."""
     claimed = []
-    for path in shards.pending_paths(directory):
+    # With nothing missing there is nothing to claim: a cached rerun lists no `pending/`.
+    for path in shards.pending_paths(directory, bucket=bool(missing)):
         table = shards.read_pending(path, store)
         if table is None:
             continue

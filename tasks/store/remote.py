@@ -124,6 +124,11 @@ class ObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.fetch.tmp")
         try:
+            # Two requests, HEAD (the size) then GET, even when a listing gave the size: the C++
+            # S3 filesystem can open from a FileInfo without the HEAD, but pyarrow 26's Python
+            # open_input_stream/open_input_file take a path only (a FileInfo: TypeError); only
+            # dataset scans pass one, and they give tables, not the bytes the checksum covers.
+            # A missing object is the HEAD's 404 alone.
             with self.fs.open_input_stream(self._object(key)) as source, open(tmp, "wb") as sink:
                 while block := source.read(1 << 20):
                     sink.write(block)

@@ -20,7 +20,7 @@ import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
-from tasks.store.integrity import checksum_ok, file_lock, quarantine, record_checksum, sidecar
+from tasks.store.integrity import checksum_ok, fetched_with_sidecar, file_lock, quarantine, record_checksum, sidecar
 from tasks.store.remote import removed, store_of, synced
 
 
@@ -123,8 +123,22 @@ def pending_dir(directory: str | Path) -> Path:
     return Path(directory) / "pending"
 
 
-def pending_paths(directory: str | Path) -> list[Path]:
-    return sorted(pending_dir(directory).glob("*.parquet"))
+def pending_paths(directory: str | Path, bucket: bool = False) -> list[Path]:
+    """The parts in `pending/`. `bucket=True` (call with the folder lock held), on an object
+    store: the parts the bucket holds (one listing of `pending/`), so a part planned on another
+    machine is seen (and fetched when read), and a local copy of one that a worker elsewhere
+    finished (deleted from the bucket) is dropped rather than handed out again. Dropping needs no
+    grace period: parts are written and removed under the folder lock, so none is half-uploaded."""
+    folder = pending_dir(directory)
+    store = store_of(folder) if bucket else None
+    if store is None:
+        return sorted(folder.glob("*.parquet"))
+    listed = store.listing(folder)
+    for path in folder.glob("*.parquet"):
+        if path.name not in listed or sidecar(path).name not in listed:
+            sidecar(path).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+    return sorted(folder / name for name in listed if name.endswith(".parquet") and f"{name}.sha256" in listed)
 
 
 def write_pending(directory: str | Path, name: str, table: pa.Table) -> Path:
@@ -135,8 +149,9 @@ def write_pending(directory: str | Path, name: str, table: pa.Table) -> Path:
 
 def read_pending(path: Path, store: str | Path) -> pa.Table | None:
     """The part's inputs, or None when it is done (removed) or damaged (quarantined: the next
-    plan finds its rows missing and plans them again)."""
-    if not path.exists():
+    plan finds its rows missing and plans them again). On an object store a worker of another
+    machine fetches the part (planned there); a part gone from the bucket is done."""
+    if not path.exists() and not fetched_with_sidecar(path):
         return None
     if checksum_ok(path) is False:
         quarantine(path, store, "checksum mismatch (truncated or corrupted)")

@@ -70,10 +70,10 @@ class EmbeddedApi:
                            "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a busy machine")
 
     def stop(self) -> None:
-        """Send the logs still queued for the API, then stop the server (instead of at exit,
-        so that a line printed after this is the last one)."""
+        """Send the logs and events still queued for the API, then stop the server (instead of
+        at exit, so that a line printed after this is the last one)."""
         if self.process.poll() is None:
-            _flush_api_logs()
+            _drain_queues()
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)
@@ -114,17 +114,18 @@ def launch_embedded_api() -> EmbeddedApi | None:
     api = EmbeddedApi(process, port, log_path)
     atexit.register(api.stop)
     os.environ["PREFECT_API_URL"] = api.api_url
+    # The server is this installation's own Prefect: the client's version handshake (a request
+    # to /admin/version when the flow starts) can only agree.
+    os.environ.setdefault("PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED", "false")
     return api
 
 
-def _flush_api_logs() -> None:
-    if "prefect.logging.handlers" not in sys.modules:
+def _drain_queues() -> None:
+    """Send what Prefect's log and events workers still hold while the server is up: drained
+    only at interpreter exit, after the server stopped, the last task runs' state events (the
+    server records task runs from them) and log lines were lost, after a wait on a dead socket."""
+    if "prefect._internal.concurrency.services" not in sys.modules:
         return
-    import logging
+    from prefect._internal.concurrency.services import QueueService
 
-    from prefect.logging.handlers import APILogHandler
-
-    loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
-                                       if isinstance(logger, logging.Logger)]
-    for handler in {h for logger in loggers for h in logger.handlers if isinstance(h, APILogHandler)}:
-        handler.flush()
+    QueueService.drain_all(timeout=10)

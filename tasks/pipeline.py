@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -461,6 +462,28 @@ class RegressionError(RuntimeError):
 
 
 # ---------------------------------------------------------------- the pipeline
+
+# What the stages and Prefect's engine import on first use, inside the first task runs:
+# pandas (pyarrow imports it on its first array, ~0.5 s), matplotlib for the report's figures
+# (~0.4 s), FastAPI's encoders (Prefect's parameter serialisation), the stage modules.
+_FIRST_USE = ("pandas", "pyarrow.compute", "fastapi.encoders", "prefect.flow_engine", "prefect.task_engine",
+              "prefect.utilities.visualization", "tasks.stages.embed_shards", "tasks.stages.filters",
+              "tasks.stages.systems", "tasks.stages.variants", "tasks.analysis.ann", "tasks.analysis.cheaper",
+              "tasks.analysis.cost", "tasks.analysis.failures", "tasks.analysis.variants",
+              "tasks.reporting.manifest", "tasks.reporting.tables", "tasks.reporting.figures")
+
+
+def import_first_use_modules() -> None:
+    """Import `_FIRST_USE` now: `retbench run` calls this while Prefect's API server boots in
+    its own process (seconds in which this one waits), not on the run's critical path."""
+    import importlib
+
+    for name in _FIRST_USE:
+        with contextlib.suppress(ImportError):  # an optional package missing: imported (and reported) where used
+            importlib.import_module(name)
+    from tasks.reporting.figures import load_matplotlib
+
+    load_matplotlib()
 
 
 def run_pipeline(

@@ -195,3 +195,23 @@ def test_missing_key_variable_is_one_line_before_prefect_starts(tmp_path, monkey
         "retbench: providers[0].options.api_key_env: environment variable RETBENCH_SURELY_UNSET is not set (or empty); "
         "export it before the run (keys are read from the environment or a Prefect Secret block, never from the spec)"]
     assert not (prefect_home / "embedded-api.log").exists()
+
+
+def test_after_an_expected_failure_prefects_echoes_and_cancelled_siblings_are_dropped():
+    import logging
+
+    from flows.errors import QuietExpectedFailures
+
+    def record(message, exc=None):
+        return logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None,
+                                 (type(exc), exc, None) if exc else None)
+
+    crash = "Crash detected! Execution was interrupted by an unexpected exception: CancelledError: Task run cancelled by the task runner"
+    quiet = QuietExpectedFailures()
+    assert quiet.filter(record(crash))  # before any expected failure: a crash is news
+    import errno
+
+    assert not quiet.filter(record("Task run failed", OSError(errno.ENOSPC, "No space left on device", "x.parquet")))
+    assert not quiet.filter(record(crash))  # the sibling the runner cancelled because of it
+    assert not quiet.filter(record("Finished in state Failed('Task run encountered an exception')"))
+    assert quiet.filter(record("Crash detected! Execution was interrupted by an unexpected exception: MemoryError"))

@@ -304,6 +304,25 @@ def test_save_and_load_round_trip(folder, tmp_path):
     assert back.corpus.schema == pl.Schema(CORPUS_SCHEMA)
 
 
+def test_saved_dataset_is_checked_by_its_file_hashes_and_by_rows_when_they_differ(folder, tmp_path, monkeypatch):
+    from tasks.stages import dataset as dataset_module
+
+    ds = load_dataset(folder, "jsonl", "all")
+    save_dataset(ds, tmp_path / "saved")
+    real_hash = dataset_module.content_hash
+    # The files are the bytes save_dataset wrote: no row-by-row hashing on load.
+    monkeypatch.setattr(dataset_module, "content_hash", lambda _: pytest.fail("rows hashed although the files match"))
+    assert load_saved_dataset(tmp_path / "saved").corpus.equals(ds.corpus)
+    # Rewritten with the same rows in other bytes (another compression): the rows decide, and match.
+    monkeypatch.setattr(dataset_module, "content_hash", real_hash)
+    ds.corpus.write_parquet(tmp_path / "saved" / "corpus.parquet", compression="uncompressed")
+    assert load_saved_dataset(tmp_path / "saved").corpus.equals(ds.corpus)
+    # A changed text in a file: the rows decide, and do not match.
+    ds.corpus.with_columns(pl.col("text").str.replace("^", "x")).write_parquet(tmp_path / "saved" / "corpus.parquet")
+    with pytest.raises(DatasetError, match="do not match the content hash"):
+        load_saved_dataset(tmp_path / "saved")
+
+
 def test_saved_dataset_changed_on_disk_is_refused(folder, tmp_path):
     ds = load_dataset(folder, "jsonl", "all")
     save_dataset(ds, tmp_path / "saved")

@@ -77,7 +77,8 @@ def _memoised(draw):
     return wrapper
 
 
-def _pyplot():
+def load_matplotlib():
+    """matplotlib.pyplot on the Agg backend (imported on first call)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,7 +88,7 @@ def _pyplot():
 
 
 def _png(figure) -> str:
-    plt = _pyplot()
+    plt = load_matplotlib()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(figure)
@@ -97,7 +98,7 @@ def _png(figure) -> str:
 @_memoised
 def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str) -> str:
     """Horizontal bars of the measure per setting, best at the top, 95% interval whiskers."""
-    plt = _pyplot()
+    plt = load_matplotlib()
     rows = settings.sort("mean", descending=False, nulls_last=False)
     labels = rows["label"].to_list()
     means = rows["mean"].to_list()
@@ -141,7 +142,7 @@ def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[st
     panels = [(c, t, log) for c, t, log in TRADEOFFS if c in settings.columns and settings[c].drop_nulls().n_unique() >= 2]
     if not panels:
         return None, [], {}
-    plt = _pyplot()
+    plt = load_matplotlib()
     figure, axes = plt.subplots(1, len(panels), figsize=(WIDTH, 3.6), sharey=True, squeeze=False)
     fronts: dict[str, list[str]] = {}
     markers = "osD^vP*X<>hp"
@@ -192,7 +193,7 @@ def sweep_plot(sweep: pl.DataFrame, recommendations: dict) -> str | None:
     recall = next((c for c in sweep.columns if c.startswith("neighbour_recall@")), None)
     if recall is None or "qps_batch" not in sweep.columns or sweep.is_empty():
         return None
-    plt = _pyplot()
+    plt = load_matplotlib()
     providers = sweep["provider"].unique(maintain_order=True).to_list()
     columns = min(3, len(providers))
     rows_n = -(-len(providers) // columns)
@@ -244,7 +245,7 @@ def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     pairs = sorted(rows["slice"].unique().to_list())
     if len(pairs) < 2:
         return None
-    plt = _pyplot()
+    plt = load_matplotlib()
     import numpy as np
 
     values = np.full((len(labels), len(pairs)), np.nan)
@@ -277,7 +278,7 @@ def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     if rows.is_empty():
         return None
     categories = sorted(rows["slice"].unique().to_list())
-    plt = _pyplot()
+    plt = load_matplotlib()
     figure, axis = plt.subplots(figsize=(WIDTH, 0.9 + 0.3 * len(categories) * max(1, len(labels)) ** 0.5 + 0.4))
     step = 0.8 / max(1, len(labels))
     for s, label in enumerate(labels):
@@ -309,7 +310,7 @@ def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     for column in series:
         key = tuple(None if v is None else round(v, 6) for v in trend[column].to_list())
         groups.setdefault(key, []).append(column)
-    plt = _pyplot()
+    plt = load_matplotlib()
     figure, axis = plt.subplots(figsize=(WIDTH, 3.8))
     x = list(range(trend.height))
     for i, (values, names) in enumerate(groups.items()):

@@ -67,6 +67,8 @@ def plan_filters(dataset_path: str, dataset_key: str, store: str | Path, force: 
     """The dataset's filter groups as a store file, or None when no query has a filter."""
     from tasks.stages.dataset import load_saved_dataset
 
+    if not (Path(dataset_path) / "filters.parquet").is_file():
+        return None  # no query has a filter (save_dataset writes the table only then): skip reading the corpus
     saved = load_saved_dataset(dataset_path)
     if saved.filters is None:
         return None

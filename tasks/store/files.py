@@ -26,19 +26,44 @@ def stable_hash(*parts: Any) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, remembered per (path, size, mtime) for this process:
-    fingerprints hash model weights on every stage, and those files are large."""
+    """sha256 of a file's bytes, remembered per (path, size, mtime, ctime, inode): for this
+    process, and for files of 16 MB and more (model weights, hashed into every fingerprint)
+    also across runs, in the user's cache folder. A rewritten file changes its mtime and
+    ctime (ctime cannot be set back), so it is hashed again."""
     stat = os.stat(path)
-    return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
+_REMEMBERED_FROM = 16 << 20  # smaller files hash in a few ms: not worth a file of their own
 
 
 @functools.lru_cache(maxsize=256)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+def _file_sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    identity = [path, size, mtime_ns, ctime_ns, inode]
+    memo = _hash_memo(path) if size >= _REMEMBERED_FROM else None
+    if memo is not None:
+        try:
+            kept = json.loads(memo.read_text(encoding="utf-8"))
+            if kept.get("identity") == identity:
+                return kept["sha256"]
+        except (OSError, ValueError, AttributeError, KeyError):
+            pass  # absent or damaged: hash the file
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
+    if memo is not None:
+        try:  # best effort: a read-only cache folder only costs the hashing next time
+            text = json.dumps({"identity": identity, "sha256": digest.hexdigest()})
+            atomic_write(memo, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        except OSError:
+            pass
     return digest.hexdigest()
+
+
+def _hash_memo(path: str) -> Path:
+    cache = Path(os.environ.get("RETBENCH_CACHE", Path.home() / ".cache" / "retbench"))
+    return cache / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:

@@ -83,21 +83,27 @@ def _end_process(code: int) -> None:
 
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
-    from tasks.config.spec import load_spec, select_providers
-    from tasks.stages.prepare import check_inputs
+    from flows.prefect_server import preload_embedded_api
 
-    output_dir = str(args.output_dir.resolve()) if args.output_dir else None
-    store_dir = _local_or_uri(args.store_dir)
-    # Spec and inputs are checked before Prefect starts its API server: a typo, a missing
-    # dataset or an output_dir that is a file fails in about a second.
-    spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
-    select_providers(spec, args.providers)
-    check_inputs(spec)
-    from flows.prefect_server import launch_embedded_api
+    # The API server's process imports Prefect's server (seconds) while this one checks the
+    # inputs, and serves only once they pass: a typo, a missing dataset or an output_dir that
+    # is a file fails in about a second, and no server ever started.
+    pending = preload_embedded_api()
+    try:
+        from tasks.config.spec import load_spec, select_providers
+        from tasks.stages.prepare import check_inputs
 
-    # The API server boots (seconds of imports and migrations, in its own process) while this
-    # process imports the pipeline and Prefect.
-    api = launch_embedded_api()
+        output_dir = str(args.output_dir.resolve()) if args.output_dir else None
+        store_dir = _local_or_uri(args.store_dir)
+        spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
+        select_providers(spec, args.providers)
+        check_inputs(spec)
+    except BaseException:
+        if pending is not None:
+            pending.discard()
+        raise
+    # It boots (migrations, services) while this process imports the pipeline and Prefect.
+    api = pending.start() if pending is not None else None
     try:
         from flows.benchmark import with_task_runner
         from flows.errors import quiet_expected_failures

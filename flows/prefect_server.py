@@ -1,18 +1,21 @@
-"""The embedded Prefect API server of a `retbench run`: launched before Prefect is imported,
-so that it boots while this process loads the pipeline, and tied to this process's life,
-so that a run killed with SIGKILL (no atexit, no cleanup) leaves no server process behind.
+"""The embedded Prefect API server of a `retbench run`: its process is started first, imports
+Prefect's server while this process checks the spec and data, and serves once they pass (or
+ends, having written nothing, when they are refused); it boots while this process loads the
+pipeline, and is tied to this process's life, so that a run killed with SIGKILL (no atexit,
+no cleanup) leaves no server process behind.
 
 Prefect 3's own "ephemeral" mode starts the same server (`python -m uvicorn --factory
 prefect.server.api.server:create_app`, SubprocessASGIServer) lazily, from the first client,
 and waits for it there: the server's seconds of imports and migrations then come on top of
 ours, and importing SubprocessASGIServer imports the whole server into this process too.
-Here the child is launched first, with the environment Prefect gives it, and Prefect is
-pointed at it through PREFECT_API_URL before it is imported. The child asks the kernel for
+Here the child (flows/embedded_api_child.py) is launched first, with the environment Prefect
+gives it, and Prefect is pointed at it through PREFECT_API_URL before it is imported. The child asks the kernel for
 SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), set between fork and exec.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -82,16 +85,50 @@ class EmbeddedApi:
                 self.process.wait()
 
 
-def launch_embedded_api() -> EmbeddedApi | None:
-    """Launch the embedded API server now, from this (the main) thread, without waiting for it,
-    and point Prefect at it; None when an API URL is configured or embedded mode is off.
+class PendingApi:
+    """The server's process, importing Prefect's server while this one checks its inputs:
+    `start()` once they pass, `discard()` when they are refused (it then ends having written
+    nothing: no port, no database, no log; an empty PREFECT_HOME it created is removed)."""
 
-    Must run before Prefect is imported (Prefect reads PREFECT_API_URL into its settings then).
-    The parent-death signal fires when the *thread* that forked the child ends: the main
+    def __init__(self, process: subprocess.Popen, port: int, log_path: Path, home_existed: bool):
+        self.process, self.port, self.log_path, self.home_existed = process, port, log_path, home_existed
+
+    def start(self) -> EmbeddedApi:
+        """Let the server start serving, and point Prefect (not imported yet) at it."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(BrokenPipeError):  # it died: wait_until_ready reports that
+            self.process.stdin.write(b"start\n")
+            self.process.stdin.close()
+        api = EmbeddedApi(self.process, self.port, self.log_path)
+        atexit.register(api.stop)
+        os.environ["PREFECT_API_URL"] = api.api_url
+        # The server is this installation's own Prefect: the client's version handshake (a
+        # request to /admin/version when the flow starts) can only agree.
+        os.environ.setdefault("PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED", "false")
+        return api
+
+    def discard(self) -> None:
+        # Killed, not told: it may still be importing for seconds, and it has written nothing.
+        self.process.kill()
+        self.process.wait()
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
+        if not self.home_existed:  # importing Prefect made PREFECT_HOME; a refused run keeps no trace
+            with contextlib.suppress(OSError):
+                self.log_path.parent.rmdir()
+
+
+def preload_embedded_api() -> PendingApi | None:
+    """Start the embedded API server's process now, before the inputs are checked: it spends
+    its seconds of imports while this process checks them, and serves only on `start()`.
+    None when an API URL is configured or embedded mode is off.
+
+    Must run before Prefect is imported here (Prefect reads PREFECT_API_URL into its settings
+    then). The parent-death signal fires when the *thread* that forked the child ends: the main
     thread lives as long as the run.
     """
     if "prefect" in sys.modules:
-        raise RuntimeError("launch_embedded_api() must run before Prefect is imported")
+        raise RuntimeError("preload_embedded_api() must run before Prefect is imported")
     if not sys.platform.startswith("linux") or os.environ.get("PREFECT_API_URL"):
         return None
     if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() in {"0", "false", "no"}:
@@ -101,23 +138,16 @@ def launch_embedded_api() -> EmbeddedApi | None:
     parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
     # The server's own messages (e.g. a request cut off when it is stopped at the end of a run)
     # go to a file in PREFECT_HOME, not into the run's console output.
-    log_path = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")) / "embedded-api.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent), "--factory",
-             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "error", "--lifespan", "on"],
-            env={**os.environ, **_SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _die_with_parent(parent, prctl),
-        )
-    api = EmbeddedApi(process, port, log_path)
-    atexit.register(api.stop)
-    os.environ["PREFECT_API_URL"] = api.api_url
-    # The server is this installation's own Prefect: the client's version handshake (a request
-    # to /admin/version when the flow starts) can only agree.
-    os.environ.setdefault("PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED", "false")
-    return api
+    home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+    log_path, home_existed = home / "embedded-api.log", home.exists()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flows.embedded_api_child", str(log_path), "--app-dir", str(prefect_dir.parent),
+         "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "error", "--lifespan", "on"],
+        env={**os.environ, **_SERVER_ENV}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent, prctl),
+    )
+    return PendingApi(process, port, log_path, home_existed)
 
 
 def _drain_queues() -> None:

@@ -44,7 +44,7 @@ def test_sigkilled_run_leaves_no_prefect_server(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while server is None and time.monotonic() < deadline and run.poll() is None:
-            server = next((pid for pid in children(run.pid) if "uvicorn" in cmdline(pid)), None)
+            server = next((pid for pid in children(run.pid) if "prefect.server.api.server:create_app" in cmdline(pid)), None)
             time.sleep(0.1)
         assert server is not None, "the run never started Prefect's API server"
         time.sleep(1.0)  # let the server get going
@@ -58,5 +58,5 @@ def test_sigkilled_run_leaves_no_prefect_server(tmp_path):
         if run.poll() is None:
             run.kill()
             run.wait()
-        if server is not None and alive(server) and "uvicorn" in cmdline(server):
+        if server is not None and alive(server) and "prefect.server.api.server:create_app" in cmdline(server):
             os.kill(server, signal.SIGKILL)

@@ -94,7 +94,8 @@ class FinetunedProvider(SentenceTransformersProvider):
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         record = self.training_record()
         prefix = record["query_prefix"] if role == "query" else record["document_prefix"]
-        encoded = self._model.tokenizer([prefix + t for t in texts], add_special_tokens=True, verbose=False)["input_ids"]
+        encoded = self._model.tokenizer([prefix + t for t in texts], add_special_tokens=True, verbose=False,
+                                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
         return [len(ids) for ids in encoded], "tokenizer"
 
     @cached_property

@@ -65,12 +65,23 @@ class EmbeddedApi:
                                        f"its log: {self.log_path}")
                 try:
                     if client.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                        self._yield_to_the_run()
                         return
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.05)
         raise RuntimeError(f"the embedded Prefect API server did not answer within {timeout:.0f} s; "
                            "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a busy machine")
+
+    def _yield_to_the_run(self) -> None:
+        """Its start-up was on the run's critical path; what it does from now on (recording
+        events and logs) is not, and it shares the cores with the model's threads, which all
+        wait when one is preempted: it runs at a lower priority (nice 10), still at full speed
+        on an idle core. Linux keeps a nice value per thread (threads started later inherit
+        their starter's), hence every thread of it."""
+        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), 10)
 
     def stop(self) -> None:
         """Send the logs and events still queued for the API, then stop the server (instead of

@@ -354,7 +354,31 @@ def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: Be
 def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None = None,
                 system_pairs: list | None = None) -> dict[str, str]:
     """Every quality table of the run, from the run files and the judgments; `system_pairs`
-    are (system, the setting it builds on) pairs to compare besides the default ones."""
+    are (system, the setting it builds on) pairs to compare besides the default ones.
+
+    Kept in the store by what they are computed from (the runs' and dataset's content keys,
+    the spec without its folders, the scoring code): a cached rerun copies them."""
+    from tasks.store import output_memo
+    from tasks.store.files import file_sha256, stable_hash
+
+    key = stable_hash("score-v1", output_memo.code_version(), [(r.key, r.provider, r.index, r.nprobe) for r in runs],
+                      dataset.key, spec.model_dump(mode="json", exclude={"output_dir", "store_dir", "store_mirror"}),
+                      [file_sha256(p) for p in buried_paths or []], system_pairs or [])
+    output_dir = Path(spec.output_dir)
+    kept = output_memo.reuse(spec.store_dir, "scores", key, output_dir)
+    if kept is not None:
+        log.info("summary\n" + kept["summary"])
+        return {name: str(output_dir / file) for name, file in kept["tables"].items()}
+    paths, summary = _score_tables(runs, dataset, spec, buried_paths, system_pairs)
+    files = [*paths.values(), output_dir / "summary.csv", output_dir / "runs.trec"]
+    output_memo.keep(spec.store_dir, "scores", key, files,
+                     {"tables": {name: Path(path).name for name, path in paths.items()}, "summary": summary})
+    log.info("summary\n" + summary)
+    return paths
+
+
+def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
+                  system_pairs: list | None) -> tuple[dict[str, str], str]:
     from tasks.analysis import ann, breakdown, failures, score, variants
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
@@ -404,8 +428,7 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
     output_dir = Path(spec.output_dir)
     paths = report.write_tables(output_dir, tables)
     write_trec_run(run, output_dir / "runs.trec")
-    log.info("summary\n" + report.summary_table_text(summary))
-    return paths
+    return paths, report.summary_table_text(summary)
 
 
 def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict, latency_paths: list[str]) -> dict[str, str]:

@@ -69,11 +69,15 @@ def _dispatch(args) -> int:
 def _end_process(code: int) -> None:
     """End a finished `retbench run` here. The interpreter's own teardown (freeing every module
     of polars, pyarrow, faiss and Prefect) took ~0.5 s of a 6 s cached run and does nothing a
-    finished run needs: its files are written and closed, the API server is stopped and
-    Prefect's queues drained (EmbeddedApi.stop); the exit handlers still run, here."""
+    finished run needs: its files are written and closed, the API server is stopped; Prefect's
+    log and event queues are drained (they drain in threading's shutdown, which os._exit skips:
+    with your own PREFECT_API_URL their last records would be lost) and the exit handlers run, here."""
     import atexit
     import logging
 
+    from flows.prefect_server import drain_prefect_queues
+
+    drain_prefect_queues()
     atexit._run_exitfuncs()
     logging.shutdown()
     sys.stdout.flush()

@@ -29,6 +29,10 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What SubprocessASGIServer._run_uvicorn_command adds to the environment (Prefect 3.4-3.9).
 _SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+# Our default, unless the environment says otherwise: no automations (reactive triggers and
+# their actions) on a server that exists only for the run. Starting them read the automation
+# tables on every start: 0.3 s of a 3.8 s boot, on the run's critical path.
+_SERVER_DEFAULTS = {"PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false"}
 
 
 def _die_with_parent(parent_pid: int, prctl) -> None:
@@ -87,7 +91,7 @@ class EmbeddedApi:
         """Send the logs and events still queued for the API, then stop the server (instead of
         at exit, so that a line printed after this is the last one)."""
         if self.process.poll() is None:
-            _drain_queues()
+            drain_prefect_queues()
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)
@@ -155,13 +159,13 @@ def preload_embedded_api() -> PendingApi | None:
         [sys.executable, "-m", "flows.embedded_api_child", str(log_path), "--app-dir", str(prefect_dir.parent),
          "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "error", "--lifespan", "on"],
-        env={**os.environ, **_SERVER_ENV}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        env={**_SERVER_DEFAULTS, **os.environ, **_SERVER_ENV}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent, prctl),
     )
     return PendingApi(process, port, log_path, home_existed)
 
 
-def _drain_queues() -> None:
+def drain_prefect_queues() -> None:
     """Send what Prefect's log and events workers still hold while the server is up: drained
     only at interpreter exit, after the server stopped, the last task runs' state events (the
     server records task runs from them) and log lines were lost, after a wait on a dead socket."""

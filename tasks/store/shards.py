@@ -10,6 +10,7 @@ checksum). What a row means, and which of two rows with one key wins, is the cac
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 import uuid
 from pathlib import Path
@@ -196,13 +197,22 @@ def journal_path(part: Path) -> Path:
 @contextlib.contextmanager
 def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch], None]]:
     """An append function for the part's journal (a fresh Arrow IPC stream); each batch is
-    flushed to the kernel before it returns, so a killed process keeps it."""
-    with open(journal_path(part), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        def append(batch: pa.RecordBatch) -> None:
-            writer.write_batch(batch)
-            sink.flush()
+    flushed to the kernel before it returns, so a killed process keeps it. A full disk is told
+    as the store's other writes tell it (tasks/store/files.py: atomic_write)."""
+    path = journal_path(part)
+    try:
+        with open(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            def append(batch: pa.RecordBatch) -> None:
+                writer.write_batch(batch)
+                sink.flush()
 
-        yield append
+            yield append
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise OSError(errno.ENOSPC, f"no space left on the device while writing {path}; the batches embedded "
+                      "before it are kept (the next run reuses them) and nothing else stored was changed: free "
+                      "space or move the store, then rerun") from error
 
 
 def journal_batches(part: Path) -> list[pa.RecordBatch]:

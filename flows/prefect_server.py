@@ -9,8 +9,9 @@ prefect.server.api.server:create_app`, SubprocessASGIServer) lazily, from the fi
 and waits for it there: the server's seconds of imports and migrations then come on top of
 ours, and importing SubprocessASGIServer imports the whole server into this process too.
 Here the child (flows/embedded_api_child.py) is launched first, with the environment Prefect
-gives it, and Prefect is pointed at it through PREFECT_API_URL before it is imported. The child asks the kernel for
-SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), set between fork and exec.
+gives it, and Prefect is pointed at it through PREFECT_API_URL before it is imported. The child
+asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), set between fork and
+exec.
 """
 from __future__ import annotations
 

@@ -155,18 +155,28 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1) -> None:
         report_npl(work / "npl-1", first_s, first, [base_s], [first_s], base_ndcg, cli)
         return
 
+    import resource
+
+    cpu = {"plain": 0.0, "flow": 0.0}  # user + system seconds of the process and its children (the API server)
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
     def plain() -> tuple[float, float]:
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), children_cpu()
         baseline = json.loads(subprocess.run([sys.executable, __file__, "--baseline-only"], check=True,
                                              capture_output=True, text=True).stdout.splitlines()[-1])
+        cpu["plain"] += children_cpu() - cpu0
         return time.perf_counter() - started, baseline["ndcg"]
 
     def flow(n: int) -> tuple[float, Path, dict]:
         out, store = work / f"npl-{n}", work / f"npl-store-{n}"
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), children_cpu()
         subprocess.run([sys.executable, "-m", "flows.cli", "run", str(spec), "--output-dir", str(out),
                         "--store-dir", str(store)], check=True, cwd=ROOT, capture_output=True)
         seconds = time.perf_counter() - started
+        cpu["flow"] += children_cpu() - cpu0
         return seconds, out, json.loads((out / "manifest.json").read_text())
 
     bases, flows_s = [], []
@@ -181,6 +191,8 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1) -> None:
         bases.append(base_s)
         print(f"  round {r + 1}: plain {bases[-2]:.1f}s, {bases[-1]:.1f}s", flush=True)
     report_npl(out, first_s, first, bases, flows_s, base_ndcg, cli)
+    print(f"npl CPU seconds (user + system, API server included): flow {cpu['flow']:.1f}, plain {cpu['plain']:.1f}: "
+          f"{cpu['flow'] / cpu['plain']:.3f}")
 
 
 def report_npl(out: Path, first_s: float, first: dict, bases: list[float], flows_s: list[float],

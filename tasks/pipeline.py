@@ -10,10 +10,10 @@ content keys and `StageResult` records, never arrays, so either runner can move 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path

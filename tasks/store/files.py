@@ -61,9 +61,13 @@ def _file_sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int)
     return digest.hexdigest()
 
 
+def user_cache_dir() -> Path:
+    """This user's retbench cache (not the store): RETBENCH_CACHE, default ~/.cache/retbench."""
+    return Path(os.environ.get("RETBENCH_CACHE", Path.home() / ".cache" / "retbench"))
+
+
 def _hash_memo(path: str) -> Path:
-    cache = Path(os.environ.get("RETBENCH_CACHE", Path.home() / ".cache" / "retbench"))
-    return cache / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
+    return user_cache_dir() / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+from tasks.store.files import user_cache_dir
+
 log = logging.getLogger("retbench.store")
 
 # In the scratch root; names the object store the scratch folder stands for, so that every
@@ -62,8 +64,7 @@ def refuse_credentials(uri: str) -> None:
 
 
 def default_scratch(uri: str) -> Path:
-    cache = Path(os.environ.get("RETBENCH_CACHE", Path.home() / ".cache" / "retbench"))
-    return cache / "scratch" / hashlib.sha256(display_uri(uri).encode()).hexdigest()[:16]
+    return user_cache_dir() / "scratch" / hashlib.sha256(display_uri(uri).encode()).hexdigest()[:16]
 
 
 def _with_delayed_open(fs: pafs.S3FileSystem) -> pafs.S3FileSystem:

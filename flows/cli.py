@@ -115,9 +115,11 @@ def _run(args) -> int:
         if not args.debug:
             quiet_expected_failures()
         if api is not None:
-            from tasks.pipeline import import_first_use_modules
+            from tasks.pipeline import Selection, import_first_use_modules
 
-            import_first_use_modules()
+            # Not on Dask: its workers embed, in their own processes.
+            import_first_use_modules(spec if not args.dask else None, Selection(
+                stage=args.stage, providers=tuple(args.providers or ()), force=args.force))
             api.wait_until_ready()
         with _without_heartbeats(api is not None):
             with_task_runner(args.dask)(

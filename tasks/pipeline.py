@@ -496,17 +496,45 @@ _FIRST_USE = ("pandas", "pyarrow.compute", "fastapi.encoders", "prefect.flow_eng
               "tasks.reporting.manifest", "tasks.reporting.tables", "tasks.reporting.figures")
 
 
-def import_first_use_modules() -> None:
-    """Import `_FIRST_USE` now: `retbench run` calls this while Prefect's API server boots in
-    its own process (seconds in which this one waits), not on the run's critical path."""
+def import_first_use_modules(spec: BenchmarkSpec | None = None, selection: Selection = Selection()) -> None:
+    """Import `_FIRST_USE` now, and the modules of the providers that will embed (torch and
+    sentence-transformers: ~5 s): `retbench run` calls this while Prefect's API server boots
+    in its own process (seconds in which this one waits), not on the run's critical path."""
     import importlib
 
-    for name in _FIRST_USE:
+    names = list(_FIRST_USE) + (modules_of_providers_to_embed(spec, selection) if spec is not None else [])
+    for name in names:
         with contextlib.suppress(ImportError):  # an optional package missing: imported (and reported) where used
             importlib.import_module(name)
     from tasks.reporting.figures import load_matplotlib
 
     load_matplotlib()
+
+
+def modules_of_providers_to_embed(spec: BenchmarkSpec, selection: Selection) -> list[str]:
+    """`first_use_modules` of the selected providers whose cache folder holds nothing yet (or
+    that --force re-embeds). A folder with rows may still lack some texts: then the embed stage
+    imports them itself, as a cached rerun, which must not pay for torch, would."""
+    from tasks.stages.embed import cache_dir_for
+    from tasks.store.remote import is_remote
+    from tasks.store.shards import shard_paths
+
+    # An object store's scratch folder says nothing of what its bucket holds.
+    if not selection.reaches("embed") or is_remote(spec.store_dir):
+        return []
+    names: list[str] = []
+    for provider_spec in select_providers(spec, list(selection.providers)):
+        provider = _provider(default_provider, provider_spec)
+        modules = provider.first_use_modules()
+        if not modules or set(modules) <= set(names):
+            continue
+        try:
+            directory, _, _ = cache_dir_for(Path(spec.store_dir), provider)
+        except RuntimeError:  # a fine-tuned model not trained yet: whether its training is cached is the stage's to find
+            continue
+        if selection.forced("embed", provider_spec.name) or not shard_paths(directory):
+            names += [m for m in modules if m not in names]
+    return names
 
 
 def run_pipeline(

@@ -138,3 +138,36 @@ def test_provider_options_are_refused_at_load_with_their_key_path(tmp_path, opti
     with pytest.raises(SpecError) as error:
         load_spec(path)
     assert message in str(error.value)
+
+
+def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothing_cached(tmp_path):
+    """`retbench run` imports a provider's heavy modules (torch, sentence-transformers: ~5 s) in
+    the seconds it waits for Prefect's API server, when the provider will embed; a cached rerun,
+    a run that stops before the embed stage and a remote store import nothing."""
+    import numpy as np
+
+    from tasks.config.spec import load_spec
+    from tasks.pipeline import Selection, _provider, default_provider, modules_of_providers_to_embed
+    from tasks.stages.embed import store_vectors
+
+    spec_path = write_spec(tmp_path, "two")
+    text = spec_path.read_text(encoding="utf-8").replace(
+        "  - {name: hashing, kind: hashing, options: {dim: 64}}",
+        "  - {name: hashing, kind: hashing, options: {dim: 64}}\n  - {name: minilm, kind: sentence-transformers}\n"
+        "  - {name: minilm-128, kind: sentence-transformers, dimensions: 128}")
+    spec_path.write_text(text, encoding="utf-8")
+    spec = load_spec(spec_path)
+    heavy = ["torch", "sentence_transformers"]
+    assert modules_of_providers_to_embed(spec, Selection()) == heavy  # once, for both MiniLM providers
+    assert modules_of_providers_to_embed(spec, Selection(stage="chunk")) == []
+    assert modules_of_providers_to_embed(spec, Selection(providers=("hashing",))) == []
+    remote = spec.model_copy(update={"store_dir": "s3://bucket/store"})
+    assert modules_of_providers_to_embed(remote, Selection()) == []
+
+    # Rows in both MiniLM folders (written by the cache's own writer): a cached rerun.
+    for name in ("minilm", "minilm-128"):
+        provider_spec = next(p for p in spec.providers if p.name == name)
+        fingerprint = _provider(default_provider, provider_spec).fingerprint()
+        store_vectors(Path(spec.store_dir), name, fingerprint, "document", ["d1"], np.ones((1, 4), np.float32))
+    assert modules_of_providers_to_embed(spec, Selection()) == []
+    assert modules_of_providers_to_embed(spec, Selection(stage="embed", force=True, providers=("minilm",))) == heavy

@@ -10,7 +10,9 @@ default here, so the pipeline never probes with `hasattr`:
 - `encode_batches`: run the planned calls, yielding results as they complete (default: one
   at a time); HTTP providers run several at once;
 - `timed_calls`: per-call latency for the latency profile (default: sequential);
-  `concurrent` says whether the profile should sweep the number of concurrent calls.
+  `concurrent` says whether the profile should sweep the number of concurrent calls;
+- `first_use_modules`: what its first `encode` imports (`retbench run` imports them while
+  Prefect's API server boots, when the provider has texts to embed).
 """
 from __future__ import annotations
 
@@ -70,6 +72,9 @@ class Provider:
 
     def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
         return [estimate_tokens(text) for text in texts], "estimate"
+
+    def first_use_modules(self) -> tuple[str, ...]:
+        return ()
 
     def plan_batches(self, texts: Sequence[str], role: Role, batch_size: int) -> list[list[int]]:
         return [list(range(start, min(start + batch_size, len(texts)))) for start in range(0, len(texts), batch_size)]

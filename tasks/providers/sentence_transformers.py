@@ -88,6 +88,10 @@ class SentenceTransformersProvider(Provider):
             show_progress_bar=False,
         )
 
+    def first_use_modules(self) -> tuple[str, ...]:
+        # sentence-transformers alone is ~4 s of imports (transformers and what it pulls in).
+        return ("torch", "sentence_transformers") if self.options.backend == "torch" else ("onnxruntime", "transformers")
+
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         """Tokens the model reads (prefix and special tokens included, before truncation), for the cost ledger."""
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix

@@ -46,6 +46,9 @@ class TruncatedProvider(Provider):
     def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
         return self.inner.token_counts(texts, role)
 
+    def first_use_modules(self) -> tuple[str, ...]:
+        return self.inner.first_use_modules()
+
     def plan_batches(self, texts: Sequence[str], role: Role, batch_size: int) -> list[list[int]]:
         return self.inner.plan_batches(texts, role, batch_size)
 

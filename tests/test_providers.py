@@ -80,3 +80,31 @@ def test_model_swap_changes_only_that_providers_rows(tmp_path):
     folders = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
     assert len(folders) == 2 and all(f.startswith("hashing-") for f in folders)
     assert json.loads((tmp_path / "embeddings" / folders[0] / "fingerprint.json").read_text())["kind"] == "hashing"
+
+
+def test_minilm_batches_texts_of_similar_token_counts_and_tokenises_each_text_once_for_counting():
+    """sentence-transformers pads a batch to its longest text: the plan groups texts by token
+    count (not characters), and the counts it made serve the cost ledger without a second pass."""
+    texts = [json.loads(line)["text"] for line in (ROOT / "data" / "sample" / "corpus.jsonl").read_text().splitlines()]
+    provider = create_provider("sentence-transformers")
+    counts, source = create_provider("sentence-transformers").token_counts(texts, "document")  # a fresh instance
+    assert source == "tokenizer"
+    plan = provider.plan_batches(texts, "document", 16)
+    assert sorted(i for batch in plan for i in batch) == list(range(len(texts)))
+    assert [len(batch) for batch in plan] == [16] * (len(texts) // 16) + [len(texts) % 16]
+
+    def padded(batches):  # the tokens the model runs: each batch padded to its longest (truncated) text
+        return sum(len(batch) * max(min(counts[i], 256) for i in batch) for batch in batches)
+
+    by_chars = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    char_plan = [by_chars[start:start + 16] for start in range(0, len(texts), 16)]
+    by_tokens = sorted(min(c, 256) for c in counts)
+    fewest = sum(len(by_tokens[start:start + 16]) * max(by_tokens[start:start + 16]) for start in range(0, len(texts), 16))
+    assert padded(plan) == fewest < padded(char_plan)
+
+    # The batches' counts come from the plan: no tokenizer is asked again.
+    provider.__dict__["_model"] = None  # the cached model: token_counts would fail on it
+    for batch in plan:
+        assert provider.token_counts([texts[i] for i in batch], "document") == ([counts[i] for i in batch], "tokenizer")
+    with pytest.raises(AttributeError):
+        provider.token_counts(["a text the plan never saw"], "document")

@@ -50,6 +50,7 @@ class FinetunedProvider(SentenceTransformersProvider):
 
     def __init__(self, **options):
         self.options = self.Options(**options)
+        self._counted = {}  # plan_batches' token counts (this class counts with the training record's prefixes)
         # folder: the store's fine-tune folder (model/ + training.json); path: its model, as
         # the sentence-transformers provider names the folder it loads and hashes.
         self.folder = Path(self.options.model) if self.options.model else None

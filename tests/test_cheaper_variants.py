@@ -147,3 +147,11 @@ def test_a_sample_run_writes_every_cheaper_variant_with_its_costs(tmp_path):
         want = expected.filter(pl.col("measure") == measure).row(0, named=True)
         assert flat64[f"delta_{measure}"] == pytest.approx(want["diff"]) and flat64[f"p_value_{measure}"] == want["p_value"]
     assert flat64["delta_ndcg@10"] != 0  # hashing's 64-dim prefix does lose quality on the sample
+    # ... and the report shows the table, a row per setting, with the delta the table holds
+    report = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    section = report[report.index('<h2 id="cheaper">'):]
+    section = section[:section.index("<h2", 4)] if "<h2" in section[4:] else section
+    assert section.count("<tr>") == 1 + table.height
+    assert "dimensions 64" in section and '{&quot;qtype&quot;:&quot;8bit&quot;' in section
+    assert f'<td class="num">{flat64["delta_ndcg@10"]:.4f}</td>' in section
+    assert "index at 1,000,000" in section

@@ -406,6 +406,40 @@ def tables_section(output_dir: Path) -> Section | None:
     return section if section.blocks else None
 
 
+def cheaper_section(output_dir: Path, measure: str) -> Section | None:
+    """The cheaper_variants table, when the spec has something cheaper than a full model at its
+    flat index: a truncated or other-engine variant, or a compressed index."""
+    table = read_table(output_dir, "cheaper_variants")
+    if table is None or f"delta_{measure}" not in table.columns:
+        return None
+    if table.filter((pl.col("change") != "full") | (pl.col("index") != "flat")).height == 0:
+        return None
+    section = Section("Cheaper variants", "cheaper")
+    projected = table["projected_vectors"].drop_nulls()
+    if projected.len():
+        size, size_note = pl.col("projected_index_bytes"), f"the index projected to {projected[0]:,} vectors"
+        size_heading = f"index at {projected[0]:,}"
+    else:
+        size, size_note, size_heading = pl.col("index_bytes"), "the index file", "index"
+    as_bytes = lambda column: column.map_elements(fmt_bytes, return_dtype=pl.String)  # noqa: E731
+    frame = table.select(
+        "provider", "change", "index",
+        pl.when(pl.col("index_params") != "{}").then(pl.col("index_params")).alias("index params"), "dim",
+        pl.col("bytes_per_vector").alias("bytes/vector"), as_bytes(size).alias(size_heading),
+        as_bytes(pl.when(pl.col("projected_rescore_bytes") > 0).then(pl.col("projected_rescore_bytes"))).alias("rescore vectors"),
+        pl.col("texts_per_second_vs_full").alias("speed vs full"),
+        pl.col(measure), pl.col(f"delta_{measure}").alias("delta"),
+        pl.col(f"delta_{measure}_ci_low").alias("ci low"), pl.col(f"delta_{measure}_ci_high").alias("ci high"),
+        pl.col("delta_basis").alias("delta from"))
+    _p(section, f"Each provider and compressed index beside its full version: bytes per vector, {size_note} (and the "
+                f"float vectors a rescoring index keeps beside it), encoding speed against the full model (when the "
+                f"engine changed), and {measure} with its change against the full version (95% paired interval where "
+                f"the queries pair up; a compressed index's from the ANN sweep, against its own exact search at the sweep's "
+                f"depth). Every measure is in cheaper_variants.parquet.")
+    _table(section, trim(frame, constant_ok=("index",)))
+    return section
+
+
 def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
     if trend is None or trend.height < 2:
         return None
@@ -471,7 +505,8 @@ def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None 
     verdict = verdict if verdict is not None else decide(output_dir, measure)
     sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
                 regressions_section(regressions), failures_section(output_dir, verdict, texts), unjudged_section(output_dir),
-                slices_section(output_dir, verdict), ann_section(output_dir, measure), tables_section(output_dir),
+                slices_section(output_dir, verdict), ann_section(output_dir, measure), cheaper_section(output_dir, measure),
+                tables_section(output_dir),
                 trend_section(trend, measure), *variant_sections(output_dir, measure),
                 finetune_section(output_dir, measure, Section, _p, _table)]
     sections = [s for s in sections if s is not None]

@@ -45,8 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     hard_negatives_command.add_parser(commands)
 
     args = parser.parse_args(argv)
+    command_itself = argv is None and args.command == "run"  # not a caller in Python, whose process this is not
+    if command_itself:
+        from tasks.allocator import keep_freed_memory
+
+        keep_freed_memory()  # before any thread or child process starts (why: tasks/allocator.py)
     code = _dispatch(args)
-    if argv is None and args.command == "run":  # the command itself, not a caller in Python
+    if command_itself:
         _end_process(code)
     return code
 

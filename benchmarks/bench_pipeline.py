@@ -11,7 +11,8 @@
 3. --npl: the same on NPL (11,429 documents, specs/npl.yaml: flat and IVF): first / baseline
    (target <= 1.05). With --cli the flow runs as a user runs it, `retbench run` in its own
    process (Prefect's API server start included); the baseline is then also its own process,
-   in the order plain, flow, flow, plain (`--rounds N` repeats it), and the ratio is of the sums.
+   in the order plain, flow, flow, plain (`--rounds N` repeats it), and the ratio is of the sums;
+   `--plain-malloc` gives the plain script the malloc settings `retbench run` gives itself.
 The machine is shared and noisy: compare the ratios, not the absolute seconds.
 """
 from __future__ import annotations
@@ -108,6 +109,9 @@ def main() -> None:
     parser.add_argument("--npl", action="store_true", help="also the first run on NPL against a plain script")
     parser.add_argument("--cli", action="store_true", help="with --npl: each side in its own process")
     parser.add_argument("--rounds", type=int, default=1, help="with --npl --cli: rounds of plain, flow, flow, plain")
+    parser.add_argument("--plain-malloc", action="store_true",
+                        help="with --npl --cli: the plain script with the malloc settings `retbench run` gives itself "
+                             "(tasks/allocator.py), to see the flow's overhead apart from them")
     parser.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_only:  # the plain script in its own process (for --cli)
@@ -140,10 +144,10 @@ def main() -> None:
         print(f"first/baseline = {first_s / base_s:.3f} (target <= 1.2)   cached/baseline = {cached_s / base_s:.3f} (target <= 0.1)")
 
     if args.npl:
-        npl_first_run(work, args.cli, args.rounds)
+        npl_first_run(work, args.cli, args.rounds, args.plain_malloc)
 
 
-def npl_first_run(work: Path, cli: bool, rounds: int = 1) -> None:
+def npl_first_run(work: Path, cli: bool, rounds: int = 1, plain_malloc: bool = False) -> None:
     """With --cli, `rounds` of plain, flow, flow, plain (each a first run into a fresh store, in
     its own process): the order cancels a drift of the machine's speed over the minutes."""
     import subprocess
@@ -165,7 +169,11 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1) -> None:
 
     def plain() -> tuple[float, float]:
         started, cpu0 = time.perf_counter(), children_cpu()
-        baseline = json.loads(subprocess.run([sys.executable, __file__, "--baseline-only"], check=True,
+        from tasks.allocator import SETTINGS
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env |= {k: str(v) for k, v in SETTINGS.items()} if plain_malloc else {}
+        baseline = json.loads(subprocess.run([sys.executable, __file__, "--baseline-only"], check=True, env=env,
                                              capture_output=True, text=True).stdout.splitlines()[-1])
         cpu["plain"] += children_cpu() - cpu0
         return time.perf_counter() - started, baseline["ndcg"]
@@ -191,6 +199,8 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1) -> None:
         bases.append(base_s)
         print(f"  round {r + 1}: plain {bases[-2]:.1f}s, {bases[-1]:.1f}s", flush=True)
     report_npl(out, first_s, first, bases, flows_s, base_ndcg, cli)
+    if plain_malloc:
+        print("  (the plain script ran with the malloc settings of `retbench run`, tasks/allocator.py)")
     print(f"npl CPU seconds (user + system, API server included): flow {cpu['flow']:.1f}, plain {cpu['plain']:.1f}: "
           f"{cpu['flow'] / cpu['plain']:.3f}")
 

@@ -95,8 +95,9 @@ class SentenceTransformersProvider(Provider):
 
     def plan_batches(self, texts: list[str], role, batch_size: int) -> list[list[int]]:
         """Batches of texts with about as many tokens each: a batch is padded to its longest text,
-        and sorted by characters (the embed stage's order) NPL's batches were 18% padding. The
-        counts are kept for the cost ledger, so a text is still tokenised for counting once."""
+        and sorted by characters (the embed stage's order) NPL's batches of 64 ran 22% more tokens
+        than its texts have, sorted by tokens 1%. The counts are kept for the cost ledger, so a
+        text is still tokenised for counting once."""
         counts, _ = self.token_counts(texts, role)
         self._counted[role] = dict(zip(texts, counts))
         limit = self.options.max_seq_length or self._read_config().get("max_seq_length") or max(counts, default=0)

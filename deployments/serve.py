@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cron", default="0 2 * * *", help="nightly schedule (default 02:00)")
     parser.add_argument("--timezone", default="UTC")
     args = parser.parse_args(argv)
+    from tasks.allocator import keep_freed_memory
+
+    keep_freed_memory()  # here, and in the flow run processes `serve` starts (tasks/allocator.py says why)
     from prefect import serve
 
     serve(*deployments(args.spec, args.cron, args.timezone))

@@ -2,11 +2,12 @@
 
     load-dataset -> chunk -> embed -> index -> retrieve -> score (tables, ledger, manifest) -> report
 
-`run_pipeline(spec, selection)` wires the stage functions of tasks/stages, tasks/analysis and
-tasks/reporting. Every stage call goes through a `Runner`: the plain one here runs each call
-at once, in this process (tests, the crash worker, scripts); flows/benchmark.py passes one
-that makes each call a Prefect task run (thread pool or Dask). Stages take and return paths,
-content keys and `StageResult` records, never arrays, so either runner can move them.
+`run_pipeline(spec, selection)` wires the stage calls of tasks/stage_calls.py (each calls the
+stage functions of tasks/stages, tasks/analysis and tasks/reporting). Every call goes through a
+`Runner`: the plain one here runs each call at once, in this process (tests, the crash worker,
+scripts); flows/benchmark.py passes one that makes each call a Prefect task run (thread pool or
+Dask). Stages take and return paths, content keys and `StageResult` records, never arrays, so
+either runner can move them.
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ from typing import Any, Callable, Iterator
 import polars as pl
 
 from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_providers
+from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, default_provider, embed_finish_stage,
+                               embed_part_stage, embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage,
+                               finetune_tables_stage, index_stage, latency_stage, ledger_tables, load_dataset_stage,
+                               loaded_provider, query_variant_stage, report_stage, retrieve_stage, score_stage,
+                               sweep_stage, system_stage, with_shards)
 
 log = logging.getLogger("retbench")
 
@@ -79,12 +85,6 @@ class Runner:
         return Done(fn(*map(resolve, args), **{k: resolve(v) for k, v in kwargs.items()}))
 
 
-def default_provider(provider: ProviderSpec):
-    from tasks.providers import create_provider
-
-    return create_provider(provider.kind, provider.options, provider.dimensions)
-
-
 @dataclass
 class PipelineResult:
     output_dir: str
@@ -97,65 +97,6 @@ class PipelineResult:
         return {f"{e.provider}/{e.role}": e.embedded for e in self.embeddings}
 
 
-# ---------------------------------------------------------------- stage calls
-# Module-level functions, so a Dask worker can unpickle them.
-
-
-def load_dataset_stage(spec: BenchmarkSpec, force: bool):
-    from tasks.stages.prepare import prepare_dataset
-
-    ref = prepare_dataset(spec, force=force)
-    log.info(f"dataset {ref.name}: {ref.documents} documents, {ref.queries} queries, {ref.judgments} judgments")
-    return ref
-
-
-def chunk_stage(dataset, spec: BenchmarkSpec, force: bool, variant=None):
-    from tasks.stages.prepare import chunk_dataset
-
-    variant = variant or spec.chunking_variants[0]
-    ref = chunk_dataset(dataset, spec, force=force, variant=variant)
-    log.info(f"{ref.chunks} chunks ({variant.name}: {variant.strategy}){'' if ref.computed else ', from store'}")
-    return ref
-
-
-def query_variant_stage(dataset, variant, spec: BenchmarkSpec, force: bool):
-    from tasks.stages.variants import write_query_variant
-
-    ref = write_query_variant(dataset.queries_path, variant, spec.store_dir, force=force)
-    log.info(f"query variant {variant.name}: {ref.changed} of {ref.queries} queries changed")
-    return ref
-
-
-def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: str, store: str, force: bool,
-                     make_provider: Callable = default_provider, set_label: str | None = None):
-    """The first of a sharded embed (tasks/stages/embed_shards.py): the set file and the pending parts."""
-    from tasks.stages.embed_shards import plan_embedding
-
-    texts = pl.read_parquet(texts_path, columns=[id_column, "text"])
-    plan = plan_embedding(_provider(make_provider, provider), set_label or provider.name, texts[id_column].to_list(),
-                          texts["text"].to_list(), role, Path(store), provider.shards, provider.batch_size, force=force)
-    if plan.missing:
-        log.info(f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
-    return plan
-
-
-def embed_part_stage(plan, index: int, provider: ProviderSpec, make_provider: Callable = default_provider):
-    from tasks.stages.embed_shards import embed_part
-
-    if index >= len(plan.parts):
-        return None  # fewer parts than shards: nothing to load a model for
-    return embed_part(_provider(make_provider, provider), plan, index, provider.shards, provider.batch_size,
-                      progress=log.info)
-
-
-def embed_finish_stage(plan, *parts):
-    from tasks.stages.embed_shards import finish_embedding
-
-    result = finish_embedding(plan, [p for p in parts if p is not None])
-    log.info(f"{result.provider} {result.role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
-    return result
-
-
 def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
            make_provider: Callable, label: str):
     """One set as plan -> `provider.shards` part task runs -> finish; a future of its EmbeddingSet."""
@@ -166,318 +107,6 @@ def _embed(runner, provider: ProviderSpec, texts_path, id_column: str, role: str
                            label=f"embed-{label}-{role}-part{index}")
              for index in range(provider.shards)]
     return runner.submit("embed", embed_finish_stage, plan, *parts, label=f"embed-{label}-{role}")
-
-
-def embed_in_place(provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
-                   make_provider: Callable = default_provider, set_label: str | None = None):
-    """plan -> parts -> finish in this call (from inside another stage, e.g. the fine-tune step)."""
-    provider = with_shards(provider, 1)
-    plan = embed_plan_stage(provider, texts_path, id_column, role, store, force, make_provider, set_label=set_label)
-    parts = [embed_part_stage(plan, index, provider, make_provider) for index in range(provider.shards)]
-    return embed_finish_stage(plan, *parts)
-
-
-def with_shards(provider: ProviderSpec, default: int) -> ProviderSpec:
-    """The provider with its part count settled: the spec's, else the runner's default."""
-    return provider if provider.shards else provider.model_copy(update={"shards": default})
-
-
-_providers: dict = {}  # (make_provider, provider spec) -> provider: a worker loads a model once for all its parts
-
-
-def _provider(make_provider: Callable, provider: ProviderSpec):
-    key = (make_provider, provider.model_dump_json())
-    if key not in _providers:
-        while len(_providers) >= 4:  # a long-lived worker keeps a few models, not every one it ever ran
-            _providers.pop(next(iter(_providers)))
-        _providers[key] = make_provider(provider)
-    return _providers[key]
-
-
-def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool):
-    from tasks.stages.index import build_index
-
-    built = build_index(doc_set, settings, Path(spec.store_dir), force=force)
-    log.info(f"{doc_set.provider}: {settings.file_name} {'built' if built.computed else 'reused'} "
-             f"({built.vectors} vectors, {built.seconds:.2f}s)")
-    return built
-
-
-def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
-    from tasks.stages.filters import plan_filters
-
-    ref = plan_filters(dataset.path, dataset.key, spec.store_dir, force=force)
-    if ref is not None:
-        log.info(f"{ref.queries} queries carry a metadata filter ({ref.groups} distinct filters)")
-    return ref
-
-
-def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool,
-                   setting: str | None = None, filters=None) -> list:
-    """Runs of one index; `setting` relabels them (a query variant searches its baseline's index)."""
-    from dataclasses import replace
-
-    from tasks.stages.retrieve import retrieve
-
-    probes = [None] if built.settings.kind == "flat" else list(nprobes)
-    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force,
-                     filters_path=filters.path if filters else None)
-            for nprobe in probes]
-    return [replace(run, provider=setting) for run in runs] if setting else runs
-
-
-def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, filters, force: bool,
-                   make_provider: Callable = default_provider):
-    """Train a `kind: finetuned` provider on hard negatives mined from its base's exact-search dev
-    run. The base's embed, index and retrieve are this pipeline's own cached calls, so the later
-    stages find them in the store (tasks/stages/finetune_step.py)."""
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.finetune_step import enough_dev_queries, train_from_run
-    from tasks.stages.index import IndexSettings
-
-    position = next(i for i, p in enumerate(spec.providers) if p.name == tuned.name)
-    saved = load_saved_dataset(dataset.path)
-    enough_dev_queries(spec, saved.queries, saved.qrels, f"dataset {spec.dataset.path}")  # before the base is run
-    base = next(p for p in spec.providers if p.name == tuned.options["base"])
-    store = str(spec.store_dir)
-    doc_set = embed_in_place(base, chunks.path, "chunk_id", "document", store, False, make_provider, set_label=base.name)
-    query_set = embed_in_place(base, dataset.queries_path, "query_id", "query", store, False, make_provider,
-                               set_label=base.name)
-    built = index_stage(doc_set, IndexSettings("flat"), spec, False)
-    run = retrieve_stage(built, doc_set, query_set, chunks, spec, (), False, setting=base.name, filters=filters)[0]
-    return train_from_run(tuned, make_provider(base), run.path, dataset.path, store, force, log.info,
-                          key_path=f"providers[{position}].options")
-
-
-def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str, dataset) -> dict[str, str]:
-    """Training tables and the base-vs-fine-tuned verdict (dev and test, by slice)."""
-    from tasks.stages.finetune_step import finetune_tables
-
-    bases = {name: next(p for p in spec.providers if p.name == name).options["base"] for name in models}
-    return finetune_tables(models, bases, per_query_path, dataset.path, spec.statistics, Path(spec.output_dir))
-
-
-def latency_stage(provider: ProviderSpec, chunks_path: str, spec: BenchmarkSpec, remeasure: bool,
-                  make_provider: Callable = default_provider) -> str:
-    from tasks.stages.embed import fingerprint_hash, full_fingerprint
-    from tasks.stages.latency import profile_latency
-    from tasks.stages.measurements import latency_table
-    from tasks.store.files import stable_hash, write_parquet
-
-    texts = pl.read_parquet(chunks_path, columns=["text"])["text"].to_list()
-    model = make_provider(provider)
-
-    def measure() -> pl.DataFrame:
-        log.info(f"{provider.name}: latency profile, batch sizes {spec.latency.batch_sizes}")
-        return profile_latency(model, provider.name, texts, spec.latency)
-
-    table, measured = latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(model)),
-                                    spec.latency.model_dump(mode="json"), stable_hash(texts[: spec.latency.texts]),
-                                    measure, remeasure)
-    if not measured:
-        log.info(f"{provider.name}: latency profile measured on this machine before; reused (--remeasure to measure again)")
-    table = table.with_columns(provider=pl.lit(provider.name))
-    return str(write_parquet(table, Path(spec.output_dir) / "latency" / f"{provider.name}.parquet"))
-
-
-def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force: bool, remeasure: bool):
-    from tasks.stages.measurements import cached_sweep
-
-    result = cached_sweep(doc_set, query_set, chunks.path, dataset.key, dataset.qrels_path, spec.sweep,
-                          Path(spec.store_dir), Path(spec.output_dir), force=force, remeasure=remeasure,
-                          progress=log.info)
-    log.info(f"recommended: {result.recommendation}")
-    return result
-
-
-def system_stage(kind: str, *args):
-    """One retrieval system's run (tasks/stages/systems.py): bm25, hybrid, rerank or first."""
-    from tasks.stages import systems
-
-    return getattr(systems, f"{kind}_stage")(*args)
-
-
-def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, spec: BenchmarkSpec,
-                 make_provider: Callable = default_provider) -> str:
-    """The buried-answer table of one provider's exact-search runs (tasks/stages/buried.py)."""
-    from tasks.stages.buried import buried_table, relevant_passages
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.embed import embed_texts, load_vectors
-    from tasks.store.files import write_parquet
-
-    saved = load_saved_dataset(dataset.path)
-    passages = relevant_passages(saved.corpus, saved.qrels)
-    passage_set = embed_texts(make_provider(provider), f"{provider.name}/passages", passages["chunk_id"].to_list(),
-                              passages["text"].to_list(), "document", Path(spec.store_dir),
-                              batch_size=provider.batch_size, progress=log.info)
-    log.info(f"{provider.name}: {passage_set.count} passages of relevant documents, {passage_set.embedded} embedded")
-    passage_ids, passage_vectors = load_vectors(passage_set)
-    cut = 10 if 10 in spec.k else max(spec.k)
-    parts = []
-    for run in runs:
-        query_ids, query_vectors = load_vectors(query_sets[run.provider])
-        frame = pl.read_parquet(run.path).with_columns(provider=pl.lit(run.provider))
-        parts.append(buried_table(frame, query_ids, query_vectors, passages, passage_ids, passage_vectors,
-                                  saved.qrels, cut))
-    return str(write_parquet(pl.concat(parts), Path(spec.output_dir) / "buried" / f"{provider.name}.parquet"))
-
-
-def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
-    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
-    import faiss
-
-    from tasks.stages.embed import load_vectors
-    from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
-    from tasks.stages.index import load_index
-    from tasks.store.files import write_parquet
-
-    config = spec.filter_sweep
-    _, documents = load_vectors(doc_set)
-    _, queries = load_vectors(query_set)
-    indexes = []
-    for b in built:
-        if b.settings.kind == "flat":
-            continue
-        index = load_index(Path(b.path), expected_dim=documents.shape[1])
-        nlist = faiss.extract_index_ivf(index).nlist
-        probes = sorted({min(n, nlist) for n in nprobes})
-        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
-    if config.hnsw is not None:
-        indexes.append(stored_hnsw(doc_set, config.hnsw, spec.store_dir))
-    table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
-                              config.seed, spec.statistics.resamples, tuple(config.overfetch))
-    table = table.with_columns(provider=pl.lit(doc_set.provider)).select("provider", *table.columns)
-    log.info(f"{doc_set.provider}: filtered ANN fidelity at selectivities {config.selectivities}")
-    return str(write_parquet(table, Path(spec.output_dir) / "filtered_ann" / f"{doc_set.provider}.parquet"))
-
-
-def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None = None,
-                system_pairs: list | None = None) -> dict[str, str]:
-    """Every quality table of the run, from the run files and the judgments; `system_pairs`
-    are (system, the setting it builds on) pairs to compare besides the default ones.
-
-    Kept in the store by what they are computed from (the runs' and dataset's content keys,
-    the spec without its folders, the scoring code): a cached rerun copies them."""
-    from tasks.store import output_memo
-    from tasks.store.files import file_sha256, stable_hash
-
-    key = stable_hash("score-v1", output_memo.code_version(), [(r.key, r.provider, r.index, r.nprobe) for r in runs],
-                      dataset.key, spec.model_dump(mode="json", exclude={"output_dir", "store_dir", "store_mirror"}),
-                      [file_sha256(p) for p in buried_paths or []], system_pairs or [])
-    output_dir = Path(spec.output_dir)
-    kept = output_memo.reuse(spec.store_dir, "scores", key, output_dir)
-    if kept is not None:
-        log.info("summary\n" + kept["summary"])
-        return {name: str(output_dir / file) for name, file in kept["tables"].items()}
-    paths, summary = _score_tables(runs, dataset, spec, buried_paths, system_pairs)
-    files = [*paths.values(), output_dir / "summary.csv", output_dir / "runs.trec"]
-    output_memo.keep(spec.store_dir, "scores", key, files,
-                     {"tables": {name: Path(path).name for name, path in paths.items()}, "summary": summary})
-    log.info("summary\n" + summary)
-    return paths
-
-
-def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
-                  system_pairs: list | None) -> tuple[dict[str, str], str]:
-    from tasks.analysis import ann, breakdown, failures, score, variants
-    from tasks.reporting import tables as report
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.retrieve import write_trec_run
-    from tasks.stages.variants import baselines, settings_table
-
-    saved = load_saved_dataset(dataset.path)
-    stats = spec.statistics
-    # A run file is shared by settings whose vectors coincide: the setting label comes from the RunResult.
-    run = pl.concat([pl.read_parquet(r.path).with_columns(provider=pl.lit(r.provider)) for r in runs])
-    settings = settings_table(spec).filter(pl.col("setting").is_in(run["provider"].unique().implode()))
-    paired = baselines(settings)
-    per_query = score.score_runs(run, saved.qrels, saved.queries, score.default_measures(spec.k))
-    summary = score.summarize(per_query)
-    overlap = ann.topk_overlap(run, spec.k)
-    cut = 10 if 10 in spec.k else max(spec.k)
-    tables = {
-        "summary": summary,
-        "per_query": per_query,
-        "breakdown": breakdown.breakdown_table(per_query, saved.queries, saved.qrels, saved.corpus,
-                                               resamples=stats.resamples, seed=stats.seed, level=stats.confidence),
-        "comparisons": breakdown.comparison_table(per_query, resamples=stats.resamples, seed=stats.seed,
-                                                  permutations=stats.permutations, level=stats.confidence,
-                                                  baselines=paired, extra_pairs=system_pairs or []),
-        "failures": failures.failure_table(run, per_query, saved.queries, saved.qrels, measure=f"ndcg@{cut}",
-                                           threshold=stats.failure_threshold, k=cut),
-        "ann_vs_exact": ann.exact_vs_approximate(summary, overlap),
-        "ann_overlap_per_query": overlap,
-        "runs": run,
-        "settings": settings,
-    }
-    if paired:
-        tables["variant_comparisons"] = variants.variant_comparisons(
-            per_query, settings, saved.queries, saved.qrels, saved.corpus, resamples=stats.resamples,
-            permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
-        tables["failures"] = variants.surfaced_by(tables["failures"], run, saved.qrels, settings, cut)
-    if saved.filters is not None:
-        from tasks.stages.filters import filter_groups, filter_report
-
-        groups = filter_groups(saved.metadata, saved.filters, saved.corpus["doc_id"].to_list())
-        tables["filters"] = filter_report(groups, saved.qrels, saved.corpus.height)
-    if buried_paths:
-        from tasks.stages.buried import failures_with_buried
-
-        tables["buried_answers"] = pl.concat([pl.read_parquet(p) for p in buried_paths])
-        tables["failures"] = failures_with_buried(tables["failures"], tables["buried_answers"])
-    output_dir = Path(spec.output_dir)
-    paths = report.write_tables(output_dir, tables)
-    write_trec_run(run, output_dir / "runs.trec")
-    return paths, report.summary_table_text(summary)
-
-
-def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict, latency_paths: list[str]) -> dict[str, str]:
-    """`cost`, `storage` and `latency` tables from what the provider stages returned."""
-    from tasks.analysis import cost
-    from tasks.reporting import tables as report
-
-    by_name = {p.name: p for p in spec.providers}
-    cost_rows, storage = [], []
-    for name, (doc_set, query_set) in embeddings.items():
-        provider = by_name[name]
-        cost_rows.append(cost.cost_row(name, provider.kind, provider.pricing, doc_set, query_set,
-                                       corpus_documents=dataset.documents))
-        storage.append((name, doc_set.count, doc_set.dim, [i.path for i in indexes.get(name, [])]))
-    tables = {"cost": cost.cost_table(cost_rows), "storage": cost.storage_table(storage)}
-    if latency_paths:
-        tables["latency"] = pl.concat([pl.read_parquet(path) for path in latency_paths])
-    return report.write_tables(Path(spec.output_dir), tables)
-
-
-def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[str, str]:
-    """`cheaper_variants`: each provider, truncated or other-engine variant and compressed index
-    beside its full version (tasks/analysis/cheaper.py), from the tables this run wrote."""
-    from tasks.analysis.cheaper import cheaper_variants_table
-    from tasks.config.cheaper import cheaper_variants
-    from tasks.reporting import tables as report
-    from tasks.store.files import write_text
-
-    read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
-    cut = 10 if 10 in spec.k else max(spec.k)
-    stats = spec.statistics
-    table = cheaper_variants_table(
-        read("per_query"), read("storage"), cheaper_variants(spec), [p.name for p in spec.providers],
-        [f"ndcg@{cut}", f"recall@{cut}"], sweep=read("ann_sweep"), latency=read("latency"),
-        project_vectors=spec.sweep.project_vectors if spec.sweep else None, resamples=stats.resamples,
-        permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
-    paths = report.write_tables(Path(spec.output_dir), {"cheaper_variants": table})
-    paths["cheaper_variants_csv"] = str(write_text(Path(spec.output_dir) / "cheaper_variants.csv", table.write_csv()))
-    return paths
-
-
-def report_stage(spec: BenchmarkSpec, run_id: str):
-    from tasks.reporting.publish import publish
-
-    published = publish(spec, run_id)
-    log.info(f"report: {published.html}")
-    if published.regressions:
-        log.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")
-    return published
 
 
 class RegressionError(RuntimeError):
@@ -524,14 +153,14 @@ def modules_of_providers_to_embed(spec: BenchmarkSpec, selection: Selection) -> 
         return []
     names: list[str] = []
     for provider_spec in select_providers(spec, list(selection.providers)):
-        provider = _provider(default_provider, provider_spec)
-        modules = provider.first_use_modules()
-        if not modules or set(modules) <= set(names):
-            continue
         try:
+            provider = loaded_provider(default_provider, provider_spec)
+            modules = provider.first_use_modules()
+            if not modules or set(modules) <= set(names):
+                continue
             directory, _, _ = cache_dir_for(Path(spec.store_dir), provider)
-        except RuntimeError:  # a fine-tuned model not trained yet: whether its training is cached is the stage's to find
-            continue
+        except Exception:  # noqa: BLE001  a guess at what to import early, no more: the stage reports the error in its place
+            continue  # (e.g. a fine-tuned model not trained yet, or a model folder that is missing)
         if selection.forced("embed", provider_spec.name) or not shard_paths(directory):
             names += [m for m in modules if m not in names]
     return names

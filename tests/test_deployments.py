@@ -97,3 +97,11 @@ def test_prefect_yaml_registers_both_deployments(server, tmp_path):
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     listed = subprocess.run([*prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=120)
     assert "benchmark/nightly" in listed.stdout and "benchmark/manual" in listed.stdout
+    # Their flow runs start with the malloc settings `retbench run` gives itself (tasks/allocator.py).
+    from tasks.allocator import SETTINGS
+
+    for name in ("benchmark/nightly", "benchmark/manual"):
+        shown = subprocess.run([*prefect, "deployment", "inspect", name, "--output", "json"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        assert json.loads(shown.stdout)["job_variables"]["env"] == {k: str(v) for k, v in SETTINGS.items()}

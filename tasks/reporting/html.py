@@ -420,7 +420,7 @@ def cheaper_section(output_dir: Path, measure: str) -> Section | None:
         size, size_note = pl.col("projected_index_bytes"), f"the index projected to {projected[0]:,} vectors"
         size_heading = f"index at {projected[0]:,}"
     else:
-        size, size_note, size_heading = pl.col("index_bytes"), "the index file", "index"
+        size, size_note, size_heading = pl.col("index_bytes"), "the index file", "index size"
     as_bytes = lambda column: column.map_elements(fmt_bytes, return_dtype=pl.String)  # noqa: E731
     frame = table.select(
         "provider", "change", "index",

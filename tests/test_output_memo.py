@@ -12,12 +12,12 @@ OUTPUTS = ("summary.parquet", "per_query.parquet", "breakdown.parquet", "compari
 
 
 def test_a_cached_rerun_copies_the_score_tables_and_a_change_recomputes_them(tmp_path, monkeypatch):
-    from tasks import pipeline
+    from tasks import stage_calls
 
     run(write_spec(tmp_path, "memo", out="first"))
     computed = {name: (tmp_path / "first" / name).read_bytes() for name in OUTPUTS}
 
-    monkeypatch.setattr(pipeline, "_score_tables", lambda *a, **k: pytest.fail("scored again although nothing changed"))
+    monkeypatch.setattr(stage_calls, "_score_tables", lambda *a, **k: pytest.fail("scored again although nothing changed"))
     again = run(write_spec(tmp_path, "memo", out="again"))  # another output folder: the same tables
     assert {name: (tmp_path / "again" / name).read_bytes() for name in OUTPUTS} == computed
     assert set(again.tables) >= {"summary", "per_query", "breakdown"} and \
@@ -31,14 +31,14 @@ def test_a_cached_rerun_copies_the_score_tables_and_a_change_recomputes_them(tmp
 
 
 def test_a_damaged_kept_table_is_quarantined_and_computed_again(tmp_path, monkeypatch):
-    from tasks import pipeline
+    from tasks import stage_calls
 
     run(write_spec(tmp_path, "memo", out="first"))
     (kept,) = [p for p in (tmp_path / "store" / "scores").glob("*/summary.parquet")]
     kept.write_bytes(kept.read_bytes()[:-10])  # truncated
     calls = []
-    real = pipeline._score_tables
-    monkeypatch.setattr(pipeline, "_score_tables", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = stage_calls._score_tables
+    monkeypatch.setattr(stage_calls, "_score_tables", lambda *a, **k: calls.append(1) or real(*a, **k))
     run(write_spec(tmp_path, "memo", out="again"))
     assert calls == [1]
     assert (tmp_path / "again" / "summary.parquet").read_bytes() == (tmp_path / "first" / "summary.parquet").read_bytes()

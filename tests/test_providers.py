@@ -106,5 +106,6 @@ def test_minilm_batches_texts_of_similar_token_counts_and_tokenises_each_text_on
     provider.__dict__["_model"] = None  # the cached model: token_counts would fail on it
     for batch in plan:
         assert provider.token_counts([texts[i] for i in batch], "document") == ([counts[i] for i in batch], "tokenizer")
+    assert provider._counted["document"] == {}  # served once each: a long-lived worker keeps no texts
     with pytest.raises(AttributeError):
-        provider.token_counts(["a text the plan never saw"], "document")
+        provider.token_counts([texts[plan[0][0]]], "document")

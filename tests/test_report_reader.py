@@ -92,8 +92,8 @@ def test_sample_report_reads_top_down_without_sideways_scroll(sample_out, browse
     facts = read(browser, sample_out / "report.html", "sample-three-providers", tmp_path)
     assert facts["scrollWidth"] <= facts["viewport"] == VIEWPORT
     assert facts["headings"] == ["Verdict", "Quality against cost, latency and size", "Regressions", "Where it fails",
-                                 "Languages and categories", "Approximate search", "Cost, latency and storage",
-                                 "Metadata filters"]  # the sample has filtered queries
+                                 "Languages and categories", "Approximate search", "Cheaper variants",
+                                 "Cost, latency and storage", "Metadata filters"]  # compressed indexes, filtered queries
     assert facts["figures"] == ["ndcg@10 per setting", "quality against cost, latency and index size",
                                 "language pair matrix", "categories", "recall against speed"]
     assert facts["broken"] == 0

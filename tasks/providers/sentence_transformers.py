@@ -51,7 +51,7 @@ class SentenceTransformersProvider(Provider):
 
     def __init__(self, **options):
         super().__init__(**options)
-        self._counted: dict[str, dict[str, int]] = {}  # role -> text -> tokens, of the last plan_batches
+        self._counted: dict[str, dict[str, int]] = {}  # role -> text -> tokens: the last plan's batches not yet encoded
         self.path = Path(self.options.model) if self.options.model else _default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")
@@ -107,8 +107,8 @@ class SentenceTransformersProvider(Provider):
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         """Tokens the model reads (prefix and special tokens included, before truncation), for the cost ledger."""
         counted = self._counted.get(role, {})
-        if counted and all(text in counted for text in texts):  # batches of the last plan
-            return [counted[text] for text in texts], "tokenizer"
+        if counted and all(text in counted for text in texts):  # a batch of the last plan: its counts, once
+            return [counted.pop(text) for text in texts], "tokenizer"
         prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
         tokenizer = self._model.tokenizer if self.options.backend == "torch" else self._onnx.tokenizer
         # Only the ids: attention masks and type ids as Python lists were a third of the time.

@@ -70,6 +70,12 @@ def _hash_memo(path: str) -> Path:
     return user_cache_dir() / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
 
+def disk_full(path: str | Path, kept: str, folder: str) -> OSError:
+    """The one way a full disk is told: the file being written, what survived, what to do."""
+    return OSError(errno.ENOSPC, f"no space left on the device while writing {path}; {kept}: free space or move "
+                                 f"{folder}, then rerun")
+
+
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     """Call `write(tmp_path)`, fsync the result, then rename it to `path`."""
     path = Path(path)
@@ -88,8 +94,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             # The target (if any) is untouched: the half-written temp file is gone.
-            raise OSError(errno.ENOSPC, f"no space left on the device while writing {path}; nothing stored "
-                          "was changed: free space or move the store / output directory, then rerun") from error
+            raise disk_full(path, "nothing stored was changed", "the store / output directory") from error
         raise
     _fsync_dir(path.parent)
     _upload_if_in_object_store(path)

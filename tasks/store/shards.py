@@ -21,6 +21,7 @@ import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
+from tasks.store.files import disk_full
 from tasks.store.integrity import checksum_ok, fetched_with_sidecar, file_lock, quarantine, record_checksum, sidecar
 from tasks.store.remote import removed, store_of, synced
 
@@ -210,9 +211,8 @@ def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch]
     except OSError as error:
         if error.errno != errno.ENOSPC:
             raise
-        raise OSError(errno.ENOSPC, f"no space left on the device while writing {path}; the batches embedded "
-                      "before it are kept (the next run reuses them) and nothing else stored was changed: free "
-                      "space or move the store, then rerun") from error
+        raise disk_full(path, "the batches embedded before it are kept (the next run reuses them) and nothing "
+                              "else stored was changed", "the store") from error
 
 
 def journal_batches(part: Path) -> list[pa.RecordBatch]:

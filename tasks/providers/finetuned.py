@@ -47,10 +47,11 @@ class FinetunedOptions(BaseModel):
 class FinetunedProvider(SentenceTransformersProvider):
     kind = "finetuned"
     Options = FinetunedOptions
+    backend = "torch"  # a trained folder runs on sentence-transformers alone
 
     def __init__(self, **options):
         self.options = self.Options(**options)
-        self._counted = {}  # plan_batches' token counts (this class counts with the training record's prefixes)
+        self._counted = {}  # plan_batches' token counts (set here: the base class's __init__ is not called)
         # folder: the store's fine-tune folder (model/ + training.json); path: its model, as
         # the sentence-transformers provider names the folder it loads and hashes.
         self.folder = Path(self.options.model) if self.options.model else None
@@ -86,18 +87,17 @@ class FinetunedProvider(SentenceTransformersProvider):
                                "run the fine-tune step (tasks.stages.finetune.finetune_provider), which sets options.model")
         return json.loads((self.folder / TRAINING_RECORD).read_text(encoding="utf-8"))
 
-    def encode(self, texts: list[str], role):
+    def _prefix(self, role) -> str:
         record = self.training_record()
-        prefix = record["query_prefix"] if role == "query" else record["document_prefix"]
+        return record["query_prefix"] if role == "query" else record["document_prefix"]
+
+    def _max_tokens(self) -> int | None:
+        return self._encode_length(self.training_record())
+
+    def encode(self, texts: list[str], role):
+        prefix = self._prefix(role)
         return self._model.encode([prefix + t for t in texts], batch_size=self.options.encode_batch_size,
                                   convert_to_numpy=True, normalize_embeddings=False, show_progress_bar=False)
-
-    def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
-        record = self.training_record()
-        prefix = record["query_prefix"] if role == "query" else record["document_prefix"]
-        encoded = self._model.tokenizer([prefix + t for t in texts], add_special_tokens=True, verbose=False,
-                                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        return [len(ids) for ids in encoded], "tokenizer"
 
     @cached_property
     def _model(self):

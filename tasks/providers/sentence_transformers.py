@@ -77,9 +77,20 @@ class SentenceTransformersProvider(Provider):
     def declared_dim(self) -> int | None:
         return self._read_config().get("dim")
 
+    @property
+    def backend(self) -> str:
+        return self.options.backend
+
+    def _prefix(self, role) -> str:
+        return self.options.query_prefix if role == "query" else self.options.document_prefix
+
+    def _max_tokens(self) -> int | None:
+        """Tokens of a text the model reads; the rest is truncated."""
+        return self.options.max_seq_length or self._read_config().get("max_seq_length")
+
     def encode(self, texts: list[str], role) -> np.ndarray:
-        prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
-        if self.options.backend != "torch":
+        prefix = self._prefix(role)
+        if self.backend != "torch":
             return self._onnx.encode([prefix + text for text in texts], self.options.batch_size)
         return self._model.encode(
             [prefix + text for text in texts],
@@ -91,7 +102,7 @@ class SentenceTransformersProvider(Provider):
 
     def first_use_modules(self) -> tuple[str, ...]:
         # sentence-transformers alone is ~4 s of imports (transformers and what it pulls in).
-        return ("torch", "sentence_transformers") if self.options.backend == "torch" else ("onnxruntime", "transformers")
+        return ("torch", "sentence_transformers") if self.backend == "torch" else ("onnxruntime", "transformers")
 
     def plan_batches(self, texts: list[str], role, batch_size: int) -> list[list[int]]:
         """Batches of texts with about as many tokens each: a batch is padded to its longest text,
@@ -100,7 +111,7 @@ class SentenceTransformersProvider(Provider):
         text is still tokenised for counting once."""
         counts, _ = self.token_counts(texts, role)
         self._counted[role] = dict(zip(texts, counts))
-        limit = self.options.max_seq_length or self._read_config().get("max_seq_length") or max(counts, default=0)
+        limit = self._max_tokens() or max(counts, default=0)
         order = sorted(range(len(texts)), key=lambda i: min(counts[i], limit))
         return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
@@ -109,8 +120,8 @@ class SentenceTransformersProvider(Provider):
         counted = self._counted.get(role, {})
         if counted and all(text in counted for text in texts):  # a batch of the last plan: its counts, once
             return [counted.pop(text) for text in texts], "tokenizer"
-        prefix = self.options.query_prefix if role == "query" else self.options.document_prefix
-        tokenizer = self._model.tokenizer if self.options.backend == "torch" else self._onnx.tokenizer
+        prefix = self._prefix(role)
+        tokenizer = self._model.tokenizer if self.backend == "torch" else self._onnx.tokenizer
         # Only the ids: attention masks and type ids as Python lists were a third of the time.
         encoded = tokenizer([prefix + text for text in texts], add_special_tokens=True, verbose=False,
                             return_attention_mask=False, return_token_type_ids=False)["input_ids"]
@@ -120,9 +131,8 @@ class SentenceTransformersProvider(Provider):
     def _onnx(self):
         from tasks.providers.onnx_backend import OnnxEncoder
 
-        max_len = self.options.max_seq_length or self._read_config().get("max_seq_length")
         cache = Path(self.options.onnx_cache) if self.options.onnx_cache else None
-        return OnnxEncoder(self.path, self.options.backend, self._weights_hash, max_len, cache)
+        return OnnxEncoder(self.path, self.backend, self._weights_hash, self._max_tokens(), cache)
 
     @cached_property
     def _model(self):

@@ -26,8 +26,8 @@ from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_provid
 from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, default_provider, embed_finish_stage,
                                embed_part_stage, embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage,
                                finetune_tables_stage, index_stage, latency_stage, ledger_tables, load_dataset_stage,
-                               loaded_provider, query_variant_stage, report_stage, retrieve_stage, score_stage,
-                               sweep_stage, system_stage, with_shards)
+                               query_variant_stage, report_stage, retrieve_stage, score_stage, sweep_stage,
+                               system_stage, with_shards)
 
 log = logging.getLogger("retbench")
 
@@ -154,7 +154,7 @@ def modules_of_providers_to_embed(spec: BenchmarkSpec, selection: Selection) -> 
     names: list[str] = []
     for provider_spec in select_providers(spec, list(selection.providers)):
         try:
-            provider = loaded_provider(default_provider, provider_spec)
+            provider = default_provider(provider_spec)  # no model loaded: a fingerprint, a folder to look in
             modules = provider.first_use_modules()
             if not modules or set(modules) <= set(names):
                 continue

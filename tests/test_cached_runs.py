@@ -147,7 +147,7 @@ def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothi
     import numpy as np
 
     from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, default_provider, loaded_provider, modules_of_providers_to_embed
+    from tasks.pipeline import Selection, default_provider, modules_of_providers_to_embed
     from tasks.stages.embed import store_vectors
 
     spec_path = write_spec(tmp_path, "two")
@@ -167,7 +167,7 @@ def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothi
     # Rows in both MiniLM folders (written by the cache's own writer): a cached rerun.
     for name in ("minilm", "minilm-128"):
         provider_spec = next(p for p in spec.providers if p.name == name)
-        fingerprint = loaded_provider(default_provider, provider_spec).fingerprint()
+        fingerprint = default_provider(provider_spec).fingerprint()
         store_vectors(Path(spec.store_dir), name, fingerprint, "document", ["d1"], np.ones((1, 4), np.float32))
     assert modules_of_providers_to_embed(spec, Selection()) == []
     assert modules_of_providers_to_embed(spec, Selection(stage="embed", force=True, providers=("minilm",))) == heavy

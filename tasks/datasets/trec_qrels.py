@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tasks.datasets.errors import DatasetError
 from tasks.datasets.lines import parse_int, text_lines
 from tasks.datasets.model import Judgment
 

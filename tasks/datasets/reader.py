@@ -15,6 +15,8 @@ from tasks.datasets.trec_qrels import read_trec_qrels
 
 @dataclass(frozen=True)
 class FormatReader:
+    """One registered format (tasks/datasets/__init__.py: register)."""
+
     name: str  # what `dataset.format` says in a spec
     options: frozenset[str]  # the keys `dataset.options` may hold for this format
     read_rows: Callable[..., RawCollection]  # (folder, split, **options) -> rows, each with its file:line

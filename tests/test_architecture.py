@@ -37,6 +37,7 @@ def files_under(folder: str) -> list[Path]:
     ("tasks/store", ("tasks.stages", "tasks.analysis", "tasks.reporting", "tasks.providers", "tasks.pipeline")),
     ("tasks/analysis", ("tasks.providers", "tasks.pipeline", "tasks.reporting")),
     ("tasks/providers", ("tasks.stages", "tasks.pipeline", "tasks.reporting", "tasks.analysis")),
+    ("tasks/datasets", ("tasks.config", "tasks.analysis", "tasks.stages", "tasks.pipeline", "tasks.reporting")),
 ])
 def test_folders_import_only_what_the_layout_allows(folder, forbidden):
     offenders = {str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.startswith(forbidden))

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from tasks.stages.chunk import document_text
-from tasks.stages.dataset import Dataset
+from tasks.datasets.model import Dataset
 from tasks.stages.retrieve import trec_order
 from tasks.store.files import write_text
 

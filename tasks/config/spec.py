@@ -30,7 +30,7 @@ class _Strict(BaseModel):
 
 class DatasetSpec(_Strict):
     path: Path
-    format: Literal["jsonl", "beir", "cranfield", "xquad", "glasgow"] = "jsonl"
+    format: str = Field("jsonl", description="a format registered in tasks/datasets (jsonl, beir, cranfield, xquad, glasgow, ...)")
     split: Literal["dev", "test", "all"] = "dev"
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
@@ -38,6 +38,15 @@ class DatasetSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
     metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
                                               "query filters may use; checked against the files before any work")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from tasks.datasets import known_formats
+
+        if value not in known_formats():
+            raise ValueError(f"unknown dataset format {value!r} (known: {', '.join(known_formats())})")
+        return value
 
     @model_validator(mode="after")
     def _metadata_fields_need_filters(self):

@@ -26,4 +26,13 @@ def register(kind: IndexKind) -> IndexKind:
     return kind
 
 
-__all__ = ["IndexKind", "Parameter", "index_kind", "known_kinds", "register"]
+def kind_of_index(index) -> IndexKind:
+    """The kind a loaded index belongs to, for a caller that holds only the index (flat when no
+    kind claims it)."""
+    for name in known_kinds():
+        if index_kind(name).owns(index):
+            return index_kind(name)
+    return index_kind("flat")
+
+
+__all__ = ["IndexKind", "Parameter", "index_kind", "kind_of_index", "known_kinds", "register"]

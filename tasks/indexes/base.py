@@ -175,6 +175,10 @@ class IndexKind:
 
         return faiss.SearchParameters(sel=selector) if selector is not None else None
 
+    def owns(self, index) -> bool:
+        """Whether a loaded index is one of this kind (for callers that hold only the index)."""
+        return False
+
     def run_label(self, query_params: dict[str, Any]) -> str:
         """The run's `index` column: the kind, and any query parameter but nprobe (which has
         its own column) that is set, e.g. `binary-rescore100`."""

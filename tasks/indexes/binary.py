@@ -14,6 +14,11 @@ class Binary(IndexKind):
     query_grid_default = (0, 100)
     binary = True
 
+    def owns(self, index):
+        from tasks.indexes.binary_codes import BinarySearch
+
+        return isinstance(index, BinarySearch)
+
     def build(self, vectors, params):
         from tasks.indexes.binary_codes import build_binary_index
 

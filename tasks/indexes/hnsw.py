@@ -11,6 +11,11 @@ class HNSW(IndexKind):
     query_parameter = "ef_search"  # FAISS names it efSearch
     query_grid_default = (16, 32, 64, 128, 256)
 
+    def owns(self, index):
+        import faiss
+
+        return isinstance(faiss.downcast_index(index), faiss.IndexHNSW)
+
     def factory(self, dim, params):
         import faiss
 

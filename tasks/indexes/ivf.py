@@ -32,6 +32,11 @@ class IVFSearch(IndexKind):
 
     query_parameter = "nprobe"
 
+    def owns(self, index):
+        import faiss
+
+        return isinstance(faiss.downcast_index(index), faiss.IndexIVF)
+
     def before_training(self, index, params):
         index.cp.seed = params["seed"]
 

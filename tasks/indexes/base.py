@@ -25,6 +25,7 @@ class Parameter:
     type: type = int
     choices: tuple = ()
     minimum: int | None = 1
+    required: bool = False  # an `indexes.<kind>` entry must give it (nothing to derive it from)
 
     def check(self, value: Any, where: str) -> Any:
         """The value, or a ValueError naming `where` (a key path) and what was expected."""
@@ -95,6 +96,9 @@ class IndexKind:
         """An `indexes.<kind>` entry of the spec (build parameters, and the query parameter as a
         list), checked against what the kind declares; errors name the key path."""
         allowed = [*self.parameter_names(), *([self.query_parameter] if self.query_parameter else [])]
+        for parameter in self.build_parameters:
+            if parameter.required and entry.get(parameter.name) is None:
+                raise ValueError(f"{where}.{parameter.name}: required (the {self.name} index cannot derive it)")
         for key, value in entry.items():
             if key not in allowed:
                 raise ValueError(f"{where}.{key}: unknown key (expected: {', '.join(allowed) or 'none'})")

@@ -7,7 +7,8 @@ from tasks.indexes.base import IndexKind, Parameter
 
 class HNSW(IndexKind):
     name = "hnsw"
-    build_parameters = (Parameter("M"), Parameter("ef_construction", "efc"))
+    # Defaults (the sweep's) for an `indexes.hnsw` entry that leaves them out.
+    build_parameters = (Parameter("M", default=32), Parameter("ef_construction", "efc", default=40))
     query_parameter = "ef_search"  # FAISS names it efSearch
     query_grid_default = (16, 32, 64, 128, 256)
 

@@ -21,8 +21,18 @@ def default_pq_nbits(n_vectors: int) -> int:
 
 class IVFPQ(IVFSearch):
     name = "ivfpq"
-    build_parameters = (Parameter("nlist"), Parameter("m"), Parameter("nbits"), Parameter("train_size", "train"),
-                        Parameter("seed", default=0, minimum=None))
+    build_parameters = (Parameter("nlist"), Parameter("m", required=True), Parameter("nbits"),
+                        Parameter("train_size", "train"), Parameter("seed", default=0, minimum=None))
+    query_grid_default = (1, 4, 16)
+
+    def plan(self, entry, n_vectors):
+        """An `indexes.ivfpq` entry: nlist, nbits and the sample derived from the number of
+        vectors as the sweep derives them (m must be given: the dimension is not known yet)."""
+        params, queries, notes = super().plan(entry, n_vectors)
+        nlist = params.get("nlist") or default_nlist(n_vectors)
+        nbits = params.get("nbits") or default_pq_nbits(n_vectors)
+        train = min(n_vectors, params.get("train_size") or max(256 * nlist, 39 * 2 ** nbits))
+        return {**params, "nlist": nlist, "nbits": nbits, "train_size": train}, queries, notes
 
     def factory(self, dim, params):
         import faiss

@@ -9,7 +9,7 @@ QTYPES = ("fp16", "8bit")
 
 class SQ(IndexKind):
     name = "sq"
-    build_parameters = (Parameter("qtype", type=str, choices=QTYPES), Parameter("train_size", "train"),
+    build_parameters = (Parameter("qtype", type=str, choices=QTYPES, required=True), Parameter("train_size", "train"),
                         Parameter("seed", default=0, minimum=None))
 
     def validate(self, params):
@@ -23,6 +23,13 @@ class SQ(IndexKind):
         if params["qtype"] == "fp16":  # nothing to train: no sample names it
             return {"qtype": "fp16"}
         return super().build_params(params)
+
+    def plan(self, entry, n_vectors):
+        """An `indexes.sq` entry: 8bit learns its ranges from all vectors, up to 100,000, unless told."""
+        params, queries, notes = super().plan(entry, n_vectors)
+        if params["qtype"] == "8bit":
+            params = {**params, "train_size": min(n_vectors, params.get("train_size") or 100_000)}
+        return params, queries, notes
 
     def factory(self, dim, params):
         import faiss

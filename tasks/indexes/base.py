@@ -87,6 +87,11 @@ class IndexKind:
         fewer than 4 * dim means it is a compressed kind (the cheaper-variants table)."""
         return 4.0 * dim
 
+    def search_bytes_per_vector(self, dim: int, query_params: dict[str, Any]) -> int:
+        """Bytes a vector needs besides the index to search with these query parameters (the
+        sweep's `rescore_bytes_per_vector`)."""
+        return 0
+
     def is_compressed(self, dim: int, params: dict[str, Any]) -> bool:
         return self.bytes_per_vector(dim, params) < 4 * dim
 

@@ -29,6 +29,9 @@ class Binary(IndexKind):
     def bytes_per_vector(self, dim, params):
         return -(-dim // 8)
 
+    def search_bytes_per_vector(self, dim, query_params):
+        return 4 * dim if query_params.get("rescore") else 0  # re-scoring reads the float vectors
+
     def set_query_params(self, index, query_params):
         index.rescore = int(query_params.get("rescore") or 0)
 

@@ -271,7 +271,7 @@ def run_sweep(
             "index_bytes": info.size_bytes,
             "bytes_per_vector": info.size_bytes / max(info.vectors, 1),
             # Re-scoring binary candidates needs the float vectors too (on disk or in memory).
-            "rescore_bytes_per_vector": 4 * doc_set.dim if params.get("rescore") else 0,
+            "rescore_bytes_per_vector": info.settings.index_kind.search_bytes_per_vector(doc_set.dim, params),
             **speed,
             "threads": all_threads,
             "built": info.computed,

@@ -107,3 +107,12 @@ def test_the_existing_spellings_keep_their_meaning(tmp_path):
     assert spec.indexes.other_kinds() == {} and spec.indexes.ivf.nprobe == [1, 4, 8]
     assert [kind for kind, _ in spec.sweep.index_sections()] == ["ivf", "hnsw", "ivfpq", "sq", "binary"]
     assert "sq4" not in spec.model_dump_json()  # no key added to the spec's content hash
+
+
+def test_the_kinds_and_a_spec_naming_them_load_no_faiss(tmp_path):
+    from tests.test_architecture import loaded_by
+
+    path = write_spec(tmp_path, indexes="hnsw: {M: 8, ef_search: [16]}, sq: {qtype: fp16}", sweep="")
+    loaded = loaded_by(f"from tasks.config.spec import load_spec\nfrom tasks.indexes import known_kinds\n"
+                       f"load_spec({str(path)!r})\nprint(known_kinds())")
+    assert "tasks.indexes.hnsw" in loaded and "faiss" not in loaded

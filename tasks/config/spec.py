@@ -313,6 +313,10 @@ def _describe(error: ValidationError) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        # A check of a whole section that names a deeper key (indexes.hnsw.M: ...) is said at that key.
+        deeper = re.match(rf"Value error, ({re.escape(where)}(?:\.[\w-]+)+): (.*)", message, re.S)
+        if deeper:
+            where, message = deeper.groups()
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
 

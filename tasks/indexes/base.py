@@ -119,9 +119,10 @@ class IndexKind:
         """(build parameters, query-parameter dicts, notes) for an `indexes.<kind>` entry on
         `n_vectors` vectors."""
         params = {k: v for k, v in entry.items() if k != self.query_parameter}
-        values = entry.get(self.query_parameter) or list(self.query_grid_default) if self.query_parameter else []
-        queries = [{self.query_parameter: v} for v in sorted(set(values))] if self.query_parameter else [{}]
-        return params, queries, []
+        if not self.query_parameter:
+            return params, [{}], []
+        values = entry.get(self.query_parameter) or self.query_grid_default
+        return params, [{self.query_parameter: v} for v in sorted(set(values))], []
 
     def sweep_grid(self, section: Any, n_vectors: int, dim: int) -> list[tuple[dict[str, Any], list[dict]]]:
         """(build parameters, query-parameter dicts) per index the sweep builds from its
@@ -132,8 +133,10 @@ class IndexKind:
         section = dict(section or {})
         names = list(self.parameter_names())
         choices = [section.get(name) or [None] for name in names]
-        values = section.get(self.query_parameter) or list(self.query_grid_default) if self.query_parameter else []
-        queries = [{self.query_parameter: v} for v in values] if self.query_parameter else [{}]
+        if self.query_parameter:
+            queries = [{self.query_parameter: v} for v in section.get(self.query_parameter) or self.query_grid_default]
+        else:
+            queries = [{}]
         return [({n: v for n, v in zip(names, combo) if v is not None}, queries) for combo in itertools.product(*choices)]
 
     # --- building and searching -------------------------------------------------------------

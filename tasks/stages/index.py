@@ -1,5 +1,6 @@
 """FAISS indexes over one embedding set: exact (flat), approximate (IVF, HNSW, IVF-PQ) and
-compressed (scalar quantisation fp16/8-bit, binary sign codes searched by Hamming distance).
+compressed (scalar quantisation fp16/8-bit, binary sign codes searched by Hamming distance), or
+any other kind registered in tasks/indexes, which says how each is built and named.
 
 One settings type for every kind; its file name is its key: files are named by their
 build-time parameters under a folder named by the embedding set,
@@ -23,7 +24,7 @@ import numpy as np
 
 from tasks.indexes import index_kind
 from tasks.indexes.binary_codes import BinarySearch, padded_bits
-from tasks.indexes.ivf import default_nlist
+from tasks.indexes.ivf import default_nlist  # noqa: F401  (re-exported: tests and benchmarks import it from here)
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.store.integrity import faiss_dimension

@@ -247,7 +247,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                              label=f"latency-{p.name}")
                for p in active if spec.latency is not None and selection.stage == "score"]
 
-    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks) for name, ref in chunk_refs.items()}
+    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks, spec.indexes.other_kinds())
+             for name, ref in chunk_refs.items()}
     for note in (n for plan in plans.values() for n in plan.notes) if reaches("index") else ():
         log.warning(note)
     indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]),
@@ -256,7 +257,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                for key, doc_set in doc_sets.items() if reaches("index")}
     retrieved = [runner.submit("retrieve", retrieve_stage, built, doc_sets[(s.provider, s.chunking)],
                                query_sets[(s.provider, s.query_variant)], chunk_refs[s.chunking], spec,
-                               plans[s.chunking].nprobe, forced("retrieve", s.provider),
+                               plans[s.chunking].query_grid(index_settings), forced("retrieve", s.provider),
                                label=f"retrieve-{s.label}-{index_settings.kind}", setting=s.label, filters=filters)
                  for s in mine if reaches("retrieve")
                  for index_settings, built in zip(plans[s.chunking].settings, indexes[(s.provider, s.chunking)])]
@@ -276,7 +277,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
 
     filtered_ann = [runner.submit("retrieve", filtered_ann_stage, embedded[p.name][0], embedded[p.name][1],
                                   [b.result() for b in indexes[(p.name, baseline_chunking)]],
-                                  plans[baseline_chunking].nprobe, spec, label=f"filtered-ann-{p.name}")
+                                  plans[baseline_chunking], spec, label=f"filtered-ann-{p.name}")
                     for p in active if spec.filter_sweep is not None and reaches("retrieve")]
 
     embeddings = {name: (doc.result(), query.result()) for name, (doc, query) in embedded.items()}

@@ -120,17 +120,18 @@ def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
     return ref
 
 
-def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool,
+def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, query_grid: tuple, force: bool,
                    setting: str | None = None, filters=None) -> list:
-    """Runs of one index; `setting` relabels them (a query variant searches its baseline's index)."""
+    """Runs of one index, one per query-parameter dict of `query_grid` (IndexPlan.query_grid;
+    empty: one search without parameters); `setting` relabels them (a query variant searches
+    its baseline's index)."""
     from dataclasses import replace
 
     from tasks.stages.retrieve import retrieve
 
-    probes = [None] if built.settings.kind == "flat" else list(nprobes)
-    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force,
-                     filters_path=filters.path if filters else None)
-            for nprobe in probes]
+    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, params.get("nprobe"), Path(spec.store_dir),
+                     force=force, filters_path=filters.path if filters else None, query_params=params)
+            for params in (query_grid or ({},))]
     return [replace(run, provider=setting) for run in runs] if setting else runs
 
 
@@ -230,13 +231,12 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
     return str(write_parquet(pl.concat(parts), Path(spec.output_dir) / "buried" / f"{provider.name}.parquet"))
 
 
-def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
-    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
-    import faiss
-
+def filtered_ann_stage(doc_set, query_set, built: list, plan, spec: BenchmarkSpec) -> str:
+    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py);
+    `plan`: the IndexPlan the indexes were built from (their query parameters)."""
     from tasks.stages.embed import load_vectors
     from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
-    from tasks.stages.index import load_index
+    from tasks.stages.index import IndexSettings, load_index
     from tasks.store.files import write_parquet
 
     config = spec.filter_sweep
@@ -244,12 +244,11 @@ def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: Be
     _, queries = load_vectors(query_set)
     indexes = []
     for b in built:
-        if b.settings.kind == "flat":
+        # Flat is the reference; binary codes take no IDSelector.
+        if b.settings == IndexSettings("flat") or b.settings.is_binary:
             continue
         index = load_index(Path(b.path), expected_dim=documents.shape[1])
-        nlist = faiss.extract_index_ivf(index).nlist
-        probes = sorted({min(n, nlist) for n in nprobes})
-        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, list(plan.query_grid(b.settings))))
     if config.hnsw is not None:
         indexes.append(stored_hnsw(doc_set, config.hnsw, spec.store_dir))
     table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),

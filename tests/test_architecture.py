@@ -38,6 +38,8 @@ def files_under(folder: str) -> list[Path]:
     ("tasks/analysis", ("tasks.providers", "tasks.pipeline", "tasks.reporting")),
     ("tasks/providers", ("tasks.stages", "tasks.pipeline", "tasks.reporting", "tasks.analysis")),
     ("tasks/datasets", ("tasks.config", "tasks.analysis", "tasks.stages", "tasks.pipeline", "tasks.reporting")),
+    ("tasks/indexes", ("tasks.stages", "tasks.pipeline", "tasks.reporting", "tasks.analysis", "tasks.config",
+                       "tasks.providers", "tasks.rerankers")),  # index kinds: the store, the registry, FAISS
 ])
 def test_folders_import_only_what_the_layout_allows(folder, forbidden):
     offenders = {str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.startswith(forbidden))

@@ -104,7 +104,14 @@ class IVFSpec(_Strict):
         return sorted(set(values))
 
 
-class IndexesSpec(_Strict):
+class IndexesSpec(BaseModel):
+    """`indexes:` flat (always) and IVF as before; any other registered index kind (tasks/indexes)
+    by its name: `hnsw: {M: 32, ef_construction: 40, ef_search: [64]}`, its build parameters and
+    its query parameter as a list, checked against what the kind declares (`true`: its defaults;
+    null or false: off)."""
+
+    model_config = ConfigDict(extra="allow")
+
     flat: bool = True
     ivf: IVFSpec | None = Field(default_factory=IVFSpec)
 
@@ -112,7 +119,23 @@ class IndexesSpec(_Strict):
     def _flat_needed(self):
         if not self.flat:
             raise ValueError("indexes.flat cannot be false: exact search is the reference every ANN index is measured against")
+        from tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
+
+        for name, entry in (self.model_extra or {}).items():
+            where = f"indexes.{name}"
+            if name not in known_kinds():
+                raise ValueError(f"{where}: unknown index kind (known: {', '.join(known_kinds())})")
+            if entry is None or entry is False:
+                continue
+            if entry is not True and not isinstance(entry, dict):
+                raise ValueError(f"{where}: expected a mapping of the kind's parameters, true or null (got {entry!r})")
+            index_kind(name).check_entry({} if entry is True else entry, where)
         return self
+
+    def other_kinds(self) -> dict[str, dict]:
+        """kind -> its entry, for the kinds besides flat and ivf that are switched on."""
+        return {name: ({} if entry is True else dict(entry)) for name, entry in (self.model_extra or {}).items()
+                if entry is not None and entry is not False}
 
 
 class StatisticsSpec(_Strict):
@@ -299,6 +322,10 @@ def _describe(error: ValidationError) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        # A check of a whole section that names a deeper key (indexes.hnsw.M: ...) is said at that key.
+        deeper = re.match(rf"Value error, ({re.escape(where)}(?:\.[\w-]+)+): (.*)", message, re.S)
+        if deeper:
+            where, message = deeper.groups()
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
 

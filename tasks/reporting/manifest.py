@@ -40,7 +40,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "embedded": sum(e.embedded for e in embeddings),
             "from_cache": sum(e.from_cache for e in embeddings),
         },
-        "indexes": [{**asdict(i), "settings": asdict(i.settings), "built": i.computed} for i in indexes],
+        "indexes": [{**asdict(i), "settings": i.settings.to_dict(), "built": i.computed} for i in indexes],
         "index_notes": list(index_notes),
         "systems": [asdict(s) for s in systems],
         "retrieval": [asdict(r) for r in runs],

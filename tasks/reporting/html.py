@@ -140,6 +140,12 @@ class Section:
     anchor: str
     blocks: list = field(default_factory=list)  # ("p", text) ("html_p", escaped html) ("table", frame) ("figure", png, caption) ("raw", html, md)
 
+    def paragraph(self, text: str) -> None:
+        _p(self, text)
+
+    def table(self, frame: pl.DataFrame, **kw) -> None:
+        _table(self, frame, **kw)
+
 
 def _p(section: Section, text: str) -> None:
     section.blocks.append(("p", text))

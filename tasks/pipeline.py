@@ -280,7 +280,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                                 produced.results_of("buried-answers"), pairs).result()
     for unit in side_stages:  # their tables, in the declared order
         if unit.write is not None:
-            tables |= unit.write(produced)
+            tables |= unit.written(unit.write(produced))
     all_embeddings = [d.result() for d in doc_sets.values()] + [q.result() for q in query_sets.values()]
     all_indexes = [i for group in built.values() for i in group] + variant_indexes
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,

@@ -130,7 +130,9 @@ SIDE_STAGES = [
               tables=("filtered_ann",), shown_in=("variants",)),
     SideStage("ledger", "score", write=_ledger, tables=("cost", "storage", "latency"), shown_in=("tables",)),
     SideStage("systems", "score", write=_systems_tables, tables=("systems", "rerank_cost")),
-    SideStage("finetune-tables", "score", write=_finetune_tables, tables=("finetune_training", "finetune_loss", "finetune_verdict", "finetune_verdict_csv"),
+    SideStage("finetune-tables", "score", write=_finetune_tables,
+              tables=("finetune_training", "finetune_training_csv", "finetune_loss", "finetune_verdict", "finetune_verdict_csv"),
               shown_in=("finetune",)),
-    SideStage("cheaper-variants", "score", write=_cheaper_variants, tables=("cheaper_variants", "cheaper_variants_csv"), shown_in=("cheaper",)),
+    SideStage("cheaper-variants", "score", write=_cheaper_variants, tables=("cheaper_variants", "cheaper_variants_csv"),
+              shown_in=("cheaper",)),
 ]

@@ -54,6 +54,15 @@ class SideStage:
         if self.after not in PHASES:
             raise ValueError(f"side stage {self.name!r}: after={self.after!r} (expected one of {', '.join(PHASES)})")
 
+    def written(self, paths: dict[str, str]) -> dict[str, str]:
+        """`write`'s tables, refused when it names one this stage does not declare (two stages
+        writing one table name would overwrite each other's file)."""
+        undeclared = sorted(set(paths) - set(self.tables))
+        if undeclared:
+            raise ValueError(f"side stage {self.name!r} wrote table(s) {undeclared} it does not declare "
+                             f"(expected some of: {', '.join(self.tables) or 'none'})")
+        return paths
+
     def on(self, spec, selection) -> bool:
         """Whether this run runs it: the selection reaches it and the spec turns it on."""
         if not selection.reaches(self.runs_with or self.after):

@@ -177,6 +177,15 @@ def test_report_sections_are_placed_after_the_named_section():
         section_builders([("nowhere", first)])
 
 
+def test_a_side_stage_writes_only_the_tables_it_declares():
+    from tasks.stage_units import SideStage
+
+    unit = SideStage("x", "score", tables=("x",))
+    assert unit.written({"x": "x.parquet"}) == {"x": "x.parquet"}
+    with pytest.raises(ValueError, match=r"side stage 'x' wrote table\(s\) \['summary'\] it does not declare \(expected some of: x\)"):
+        unit.written({"x": "x.parquet", "summary": "summary.parquet"})
+
+
 def test_a_side_stage_must_follow_a_main_stage_it_can_follow():
     from tasks.stage_units import SideStage
 

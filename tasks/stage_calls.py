@@ -377,10 +377,11 @@ def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[
     return paths
 
 
-def report_stage(spec: BenchmarkSpec, run_id: str):
+def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
+    """History, regressions and the report; `sections`: the side stages' own report sections."""
     from tasks.reporting.publish import publish
 
-    published = publish(spec, run_id)
+    published = publish(spec, run_id, sections)
     log.info(f"report: {published.html}")
     if published.regressions:
         log.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")

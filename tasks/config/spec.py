@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, field_validator,
+                      model_validator)
 
-from tasks.config.measurement import LatencySpec, PricingSpec
+from tasks.config.measurement import PricingSpec
+from tasks.config.sections import SpecSection, spec_sections
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
-from tasks.config.sweep import SweepSpec
 from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
-from tasks.config.variants import DEFAULT_CHUNKING, FilterSweepSpec, QueriesSpec, repeated_names, resolve_rewrite_files
+from tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
 from tasks.store.files import stable_hash
 
 
@@ -162,7 +163,10 @@ class ReportSpec(_Strict):
     primary_measure: str = Field("ndcg@10", description="the measure the verdict ranks settings by (one the run scores)")
 
 
-class BenchmarkSpec(_Strict):
+class _BenchmarkSpecBase(_Strict):
+    """The spec's keys but the side stages' sections (tasks/config/sections/), which
+    `spec_model` adds to make `BenchmarkSpec`."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
     chunking: Annotated[Union[Annotated[ChunkingSpec, Tag(_ONE)], Annotated[list[ChunkingVariantSpec], Tag(_MANY)]],
@@ -182,10 +186,7 @@ class BenchmarkSpec(_Strict):
     lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")
     rerankers: list[RerankerSpec] = Field(default_factory=list)
     systems: list[SystemSpec] = Field(default_factory=list, description="first stage [+ second, fused] [+ reranker]")
-    latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
-    sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
     report: ReportSpec = Field(default_factory=ReportSpec)
-    filter_sweep: FilterSweepSpec | None = Field(None, description="filtered IVF vs filtered exact search at chosen selectivities")
 
     @field_validator("k")
     @classmethod
@@ -229,6 +230,17 @@ class BenchmarkSpec(_Strict):
 
     def content_hash(self) -> str:
         return stable_hash(self.model_dump(mode="json"))
+
+
+def spec_model(extra: tuple[SpecSection, ...] = ()) -> type[_BenchmarkSpecBase]:
+    """The spec model: the base keys plus one optional key per section of tasks/config/sections/
+    (and `extra`, for a test's own section)."""
+    sections = spec_sections() + list(extra)
+    return create_model("BenchmarkSpec", __base__=_BenchmarkSpecBase, __module__=__name__,
+                        **{s.name: (s.model | None, Field(None, description=s.description)) for s in sections})
+
+
+BenchmarkSpec = spec_model()
 
 
 def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from tasks.config.variants import RAW_QUERIES
 from tasks.store.files import stable_hash
+
+if TYPE_CHECKING:
+    from tasks.config.systems import SystemSpec
 
 
 def _sorted_pairs(values: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -197,7 +200,7 @@ def _frozen(value: Any) -> Any:
     return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
-def system_settings(system, inputs: list[Setting]) -> list[Setting]:
+def system_settings(system: SystemSpec, inputs: list[Setting]) -> list[Setting]:
     """The settings a `systems:` entry computes, from the settings of the stages it reads (in
     `system.references` order): [hybrid] when it fuses, [reranked] when it reranks one stage,
     [hybrid, reranked] when it does both (the hybrid is then labelled `<name>/rrf`), [renamed]

@@ -274,7 +274,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
 
     tables = produced.tables
     if reaches("score"):
-        pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in (s.first, s.second) if base]
+        pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in s.inputs]
         flats = sorted({(r.provider, r.index, r.nprobe) for r in runs if r.index == "flat"})
         pairs += [((s.system, s.index, s.nprobe), flat) for s in system_runs if s.kind == "bm25" for flat in flats]
         tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec,
@@ -348,34 +348,34 @@ def _keep_tables_of_the_last_full_run(manifest: dict, output_dir: Path) -> None:
 
 
 def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
-    """BM25 first stages, then every `systems:` entry, each as one stage call; a system's first
-    stages are runs of this pipeline (dense settings, BM25) or of an earlier system."""
-    from tasks.stages.systems import setting_of
+    """BM25 first stages, then every `systems:` entry, each as one stage call, in dependency order
+    (a system after the systems it reads); a system's stages are runs of this pipeline (dense
+    settings, BM25) or of another system."""
+    from tasks.config.setting import system_settings
+    from tasks.config.systems import system_order
+    from tasks.stages.systems import stage_input
 
     store, depth = str(spec.store_dir), spec.depth
     lexical = [runner.submit("systems", system_stage, "bm25", entry, chunks, dataset, store, depth,
                              selection.forced("retrieve"), label=f"bm25-{entry.name}").result() for entry in spec.lexical]
-    files = {(r.provider, r.index, r.nprobe): r.path for r in runs}
-    files |= {(s.system, s.index, s.nprobe): s.path for s in lexical}
     rerankers = {r.name: r for r in spec.rerankers}
+    available = {f"bm25:{s.system}": s for s in lexical}  # reference -> the run that answers it
     made = list(lexical)
-    for system in spec.systems:
-        first = setting_of(system.first, runs)
-        if system.second is not None:
-            second = setting_of(system.second, runs)
-            made.append(runner.submit("systems", system_stage, "hybrid", system, first, second, files[first], files[second],
+    for system in system_order(list(spec.systems)):
+        inputs = [stage_input(reference, runs, available) for _, reference in system.references]
+        settings = system_settings(system, [i.setting for i in inputs])
+        if system.fusion is not None:
+            made.append(runner.submit("systems", system_stage, "hybrid", system, settings[0], inputs,
                                       dataset, store, depth, label=f"hybrid-{system.name}").result())
-            first = (made[-1].system, made[-1].index, made[-1].nprobe)
-            files[first] = made[-1].path
-            if system.rerank is None:
-                continue
+            inputs = [made[-1].as_input]
         if system.rerank is not None:
-            made.append(runner.submit("systems", system_stage, "rerank", system, rerankers[system.rerank], first,
-                                      files[first], chunks, dataset, store, selection.forced("retrieve"),
+            made.append(runner.submit("systems", system_stage, "rerank", system, rerankers[system.rerank], settings[-1],
+                                      inputs[0], chunks, dataset, store, selection.forced("retrieve"),
                                       label=f"rerank-{system.name}").result())
-        else:
-            made.append(runner.submit("systems", system_stage, "rename", system, first, files[first], store,
+        elif system.fusion is None:
+            made.append(runner.submit("systems", system_stage, "rename", system, settings[-1], inputs[0], store,
                                       label=f"system-{system.name}").result())
+        available[system.name] = made[-1]
     return made
 
 

@@ -287,10 +287,11 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
 def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
                   system_pairs: list | None) -> tuple[dict[str, str], str]:
     from tasks.analysis import ann, breakdown, failures, score, variants
+    from tasks.analysis.setting_columns import labels_table, with_setting_columns
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
     from tasks.stages.retrieve import write_trec_run
-    from tasks.stages.variants import baselines, settings_table
+    from tasks.stages.variants import baselines, run_settings, settings_table
 
     saved = load_saved_dataset(dataset.path)
     stats = spec.statistics
@@ -332,6 +333,9 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
 
         tables["buried_answers"] = pl.concat([pl.read_parquet(p) for p in buried_paths])
         tables["failures"] = failures_with_buried(tables["failures"], tables["buried_answers"])
+    # Every per-setting row gets its setting's label and query parameters (tasks/config/setting.py).
+    labels = labels_table(run_settings(spec, runs))
+    tables = {name: with_setting_columns(table, labels) for name, table in tables.items()}
     output_dir = Path(spec.output_dir)
     paths = report.write_tables(output_dir, tables)
     write_trec_run(run, output_dir / "runs.trec")

@@ -42,7 +42,7 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         },
         "indexes": [{**asdict(i), "settings": i.settings.to_dict(), "built": i.computed} for i in indexes],
         "index_notes": list(index_notes),
-        "systems": [asdict(s) for s in systems],
+        "systems": [{**asdict(s), "setting": s.setting.label if s.setting else None} for s in systems],
         "retrieval": [asdict(r) for r in runs],
         "work": work_done(dataset, chunks, embeddings, indexes, runs),
         "stage_seconds": {

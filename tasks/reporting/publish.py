@@ -48,6 +48,10 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         checks.append(history.regressions(per_query, reference, "baseline", baseline, settings.measures))
     checks = [c for c in checks if not c.is_empty()]
     found = pl.concat(checks) if checks else None
+    if found is not None and "setting" in per_query.columns:
+        from tasks.analysis.setting_columns import with_setting_columns
+
+        found = with_setting_columns(found, per_query.select("setting", "params", "provider", "index", "nprobe").unique())
     regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
 
     if settings.enabled:

@@ -33,8 +33,8 @@ statistics: {{resamples: 20, permutations: 20}}
 """
 
 ROWS = {  # (setting, params, provider, index, nprobe)
-    ("hashing", "{}", "hashing", "flat", None), ("hashing", '{"nprobe": 1}', "hashing", "ivf", 1),
-    ("hashing", '{"nprobe": 4}', "hashing", "ivf", 4), ("bm25", "{}", "bm25", "bm25", None),
+    ("hashing/flat", "{}", "hashing", "flat", None), ("hashing/ivf", '{"nprobe": 1}', "hashing", "ivf", 1),
+    ("hashing/ivf", '{"nprobe": 4}', "hashing", "ivf", 4), ("bm25:bm25", "{}", "bm25", "bm25", None),
     ("hybrid", "{}", "hybrid", "rrf", None), ("hybrid+rescore", "{}", "hybrid+rescore", "rrf+rescore", None),
     ("inline/rrf", "{}", "inline", "rrf", None), ("inline", "{}", "inline", "rrf+rescore", None),
     ("three", "{}", "three", "rrf", None),
@@ -62,14 +62,14 @@ def test_every_composed_system_is_a_row_with_its_setting_and_params(out):
         assert found == ROWS if table != "failures" else found <= ROWS, table
     systems = pl.read_parquet(out / "systems.parquet")
     assert dict(systems.select("system", "setting").rows()) == {
-        "bm25": "bm25", "hybrid": "hybrid", "hybrid+rescore": "hybrid+rescore", "inline": "inline", "three": "three"}
+        "bm25": "bm25:bm25", "hybrid": "hybrid", "hybrid+rescore": "hybrid+rescore", "inline": "inline", "three": "three"}
     assert systems.filter(pl.col("system") == "hybrid+rescore")["first"].to_list() == ["hybrid/rrf"]
 
 
 def test_each_system_is_compared_with_every_stage_it_reads(out):
     pairs = set(pl.read_parquet(out / "comparisons.parquet")
                 .select("a_setting", "a_index", "b_setting", "b_params").unique().rows())
-    assert {("three", "rrf", "bm25", "{}"), ("three", "rrf", "hashing", "{}"), ("three", "rrf", "hashing", '{"nprobe": 4}'),
+    assert {("three", "rrf", "bm25:bm25", "{}"), ("three", "rrf", "hashing/flat", "{}"), ("three", "rrf", "hashing/ivf", '{"nprobe": 4}'),
             ("hybrid+rescore", "rrf+rescore", "hybrid", "{}"), ("inline", "rrf+rescore", "inline/rrf", "{}")} <= pairs
 
 
@@ -78,7 +78,7 @@ def test_the_three_way_fusion_is_rrf_of_its_three_runs(out):
 
     runs = pl.read_parquet(out / "runs.parquet")
     pick = lambda setting, params: runs.filter((pl.col("setting") == setting) & (pl.col("params") == params))  # noqa: E731
-    expected = reciprocal_rank_fusion(pick("bm25", "{}"), pick("hashing", "{}"), pick("hashing", '{"nprobe": 4}'),
+    expected = reciprocal_rank_fusion(pick("bm25:bm25", "{}"), pick("hashing/flat", "{}"), pick("hashing/ivf", '{"nprobe": 4}'),
                                       k=60, name="three", depth=50)
     three = pick("three", "{}")
     key = ["query_id", "rank", "doc_id", "chunk_id"]

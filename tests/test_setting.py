@@ -1,4 +1,4 @@
-"""Settings as values: the labels every table shows (today's names), their query parameters, and keys."""
+"""Settings as values: the labels every table shows (what a `systems:` entry writes), their query parameters, and keys."""
 from __future__ import annotations
 
 import json
@@ -14,29 +14,29 @@ def dense(provider: str, index: str = "flat", nprobe: int | None = None) -> Sett
     return Setting(FirstStage.dense(provider, index, {} if nprobe is None else {"nprobe": nprobe}))
 
 
-def test_a_dense_setting_is_labelled_by_its_provider_and_carries_nprobe_in_params():
+def test_a_dense_setting_is_labelled_provider_slash_index_and_carries_nprobe_in_params():
     flat, ivf = dense("minilm"), dense("minilm", "ivf", 4)
-    assert flat.columns() == ("minilm", "{}", "minilm", "flat", None)
-    assert ivf.columns() == ("minilm", '{"nprobe": 4}', "minilm", "ivf", 4)
+    assert flat.columns() == ("minilm/flat", "{}", "minilm", "flat", None)
+    assert ivf.columns() == ("minilm/ivf", '{"nprobe": 4}', "minilm", "ivf", 4)
     assert flat.reference == "minilm/flat" and ivf.reference == "minilm/ivf"
     assert flat.key != ivf.key != dense("minilm", "ivf", 8).key
 
 
-def test_variant_labels_are_those_of_the_provider_column():
+def test_variant_labels_carry_the_variant_marks_of_the_provider_column():
     chunking = VariantSetting("minilm@sent40", "minilm", "sent40", "raw", "chunking", "minilm")
     query = VariantSetting("minilm+typos", "minilm", "default", "typos", "query", "minilm")
     baseline = VariantSetting("minilm", "minilm", "default", "raw", "baseline", None)
-    assert chunking.setting("flat", None).label == "minilm@sent40"
-    assert query.setting("ivf", 4).columns() == ("minilm+typos", '{"nprobe": 4}', "minilm+typos", "ivf", 4)
-    assert baseline.setting("flat", None).label == "minilm"
+    assert chunking.setting("flat", None).label == "minilm@sent40/flat"
+    assert query.setting("ivf", 4).columns() == ("minilm+typos/ivf", '{"nprobe": 4}', "minilm+typos", "ivf", 4)
+    assert baseline.setting("flat", None).label == "minilm/flat"
     # The baseline's chunking is not part of its label, a variant's is; the query variant of a
     # setting is part of its key.
     assert len({s.setting("flat", None).key for s in (chunking, query, baseline)}) == 3
 
 
-def test_bm25_is_labelled_by_its_config_name_and_referred_to_as_bm25_colon():
+def test_bm25_is_labelled_bm25_colon_name_and_its_provider_column_is_the_name():
     bm25 = Setting(FirstStage.bm25("plain"))
-    assert bm25.columns() == ("plain", "{}", "plain", "bm25", None) and bm25.reference == "bm25:plain"
+    assert bm25.columns() == ("bm25:plain", "{}", "plain", "bm25", None) and bm25.reference == "bm25:plain"
 
 
 def test_a_reranked_hybrid_is_labelled_by_its_name_and_its_hybrid_by_name_slash_rrf():

@@ -1,15 +1,14 @@
 """A setting as one frozen value: its first stage, fusion and rerank steps, chunking and query
 variant, with one canonical `label` (the `setting` column of every table) and one stable `key`.
 
-Labels are today's names in the `provider` column (and `settings.parquet`): a dense first stage
-is its provider (a chunking variant `<provider>@<chunking>`, a query variant
-`<provider>+<variant>`), BM25 is its config's name, a `systems:` entry is its name, and a named
-system's hybrid before its reranker is `<system>/rrf`. The index kind and its query parameters
-(IVF's nprobe) are in the key and in `params`, not in the label: today's index kinds differ in
-their query parameters (flat `{}`, IVF `{"nprobe": n}`), so a label and its params name one row
-of a table. The columns `provider`, `index` and `nprobe` are derived from the setting, kept for
-downstream readers. `reference` is the name a `systems:` entry uses for a stage (`minilm/flat`,
-`bm25:plain`, a system's name).
+The label is the name a `systems:` entry uses for the stage, so what a table shows can be pasted
+into a spec: a dense first stage is `<provider>/<index kind>` (a chunking variant
+`<provider>@<chunking>/<index>`, a query variant `<provider>+<variant>/<index>`), BM25 is
+`bm25:<name>`, a `systems:` entry is its name, and a named system's hybrid before its reranker is
+`<system>/rrf`. The index kind's query parameters (IVF's nprobe) are the `params` column, so a
+label and its params name one row. The columns `provider` (today's names: a provider with its
+variant marks, a BM25 config's name, a system's name), `index` and `nprobe` are derived from the
+setting, kept for downstream readers.
 """
 from __future__ import annotations
 
@@ -141,23 +140,26 @@ class Setting:
             return f"{self.part_of}/{self.index}"
         stage = self.stage
         if isinstance(stage, FirstStage):
-            return stage.lexical if stage.lexical is not None else self.variant_label
+            return f"bm25:{stage.lexical}" if stage.lexical is not None else f"{self.variant_label}/{stage.index}"
         if isinstance(stage, Fusion):
             return f"{stage.index_kind}({', '.join(i.reference for i in stage.inputs)})"
         return f"{stage.input.reference} >> {stage.reranker}@{stage.top_n}"
 
     @property
     def reference(self) -> str:
-        """How a `systems:` entry names this stage: `<provider>/<index>`, `bm25:<name>`, else the label."""
-        stage = self.stage
-        if self.name is None and self.part_of is None and isinstance(stage, FirstStage):
-            return f"bm25:{stage.lexical}" if stage.lexical is not None else f"{self.variant_label}/{stage.index}"
+        """How a `systems:` entry names this stage: its label (`minilm/flat`, `bm25:plain`, a system's name)."""
         return self.label
 
     @property
     def provider(self) -> str:
-        """The derived `provider` column: the label, except that a system's inner hybrid shows its system."""
-        return self.part_of if self.part_of is not None else self.label
+        """The derived `provider` column (today's names): a dense stage's provider with its variant
+        marks, a BM25 config's name, a system's name (also for a system's inner hybrid)."""
+        if self.part_of is not None:
+            return self.part_of
+        stage = self.stage
+        if self.name is None and isinstance(stage, FirstStage):
+            return stage.lexical if stage.lexical is not None else self.variant_label
+        return self.label
 
     @property
     def index(self) -> str:

@@ -4,7 +4,7 @@ two `hashing` providers: the subject of the crash, concurrency and integrity tes
 As a script it prints `STAGE <name>` (flushed) as each stage starts, so a test can kill it
 at a chosen moment, and `DONE <json>` at the end with what each embed call embedded:
 
-    python tests/crash_worker.py STORE OUT [--data DIR] [--batch-delay SECONDS]
+    python support/crash_worker.py STORE OUT [--data DIR] [--batch-delay SECONDS]
 
 `run()` is the same call in-process (the tests' reruns and reference runs use it).
 """

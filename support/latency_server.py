@@ -3,7 +3,7 @@
 after sleeping a fixed number of seconds; `GET /stats` tells requests served and the most ever
 in flight at once (the tests' check on per-worker concurrency).
 
-    python tests/latency_server.py --port N --latency 0.25 --dim 384
+    python support/latency_server.py --port N --latency 0.25 --dim 384
 
 `latency_server(...)` starts it as a separate process on a free port and stops it.
 """
@@ -86,7 +86,7 @@ def serve(port: int, latency: float, dim: int) -> None:
 @contextlib.contextmanager
 def latency_server(latency: float, dim: int = 64):
     """Base URL (…/v1) of a server process on a free port of 127.0.0.1; stopped on exit."""
-    from tests.faulty_server import free_port, stop_process, wait_for_http
+    from support.faulty_server import free_port, stop_process, wait_for_http
 
     port = free_port()
     process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--port", str(port),

@@ -9,7 +9,7 @@ from tasks.analysis.breakdown import paired_comparison
 from tasks.analysis.cheaper import PAIRED, SUM, SWEEP, cheaper_variants_table
 from tasks.config.cheaper import CheaperVariant, cheaper_variants
 from tasks.config.spec import load_spec
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 
 def _spec(tmp_path, providers: str):

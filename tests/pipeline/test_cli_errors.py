@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.faulty_server import FaultyServer
+from support.paths import ROOT
+from support.faulty_server import FaultyServer
 
 SPEC = """name: tiny
 dataset: {{path: {data}, format: jsonl, split: all}}

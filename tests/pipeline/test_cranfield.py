@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA
+from support.paths import ROOT, SHARED_DATA
 
 CRANFIELD = SHARED_DATA / "cranfield"
 SPEC = """

@@ -2,7 +2,7 @@
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 SPEC = """
 name: dask
@@ -67,7 +67,7 @@ def test_one_providers_parts_on_two_dask_workers_give_the_plain_runners_vectors(
     from tasks.config.spec import load_spec
     from tasks.pipeline import Selection, run_pipeline
     from tasks.stages.embed import EmbeddingSet, read_vectors
-    from tests.latency_server import latency_server, stats
+    from support.latency_server import latency_server, stats
 
     def spec_file(name: str, url: str):
         base = tmp_path / name

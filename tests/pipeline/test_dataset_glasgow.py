@@ -3,11 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from support.paths import SHARED_DATA
 from tasks.stages.dataset import DatasetError, load_dataset
 
-ROOT = Path(__file__).resolve().parent.parent
-# The shared data sits next to the main checkout; a worktree is one level deeper, so look upwards.
-GLASGOW = next((p / "shared" / "data" / "glasgow" for p in ROOT.parents if (p / "shared" / "data" / "glasgow").is_dir()), None)
+GLASGOW = SHARED_DATA / "glasgow" if (SHARED_DATA / "glasgow").is_dir() else None
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +202,7 @@ def test_npl_hashing_run_agrees_with_pytrec_eval(tmp_path):
     """The whole pipeline on NPL with the hashing provider: scores equal pytrec_eval's per query.
 
     NPL query 55 has two relevant documents tied at one score (ranks 9 and 10) with no other
-    document at it: the case tests/test_metrics_ties.py pins down, here on real data.
+    document at it: the case tests/unit/test_metrics_ties.py pins down, here on real data.
     """
     if GLASGOW is None:
         pytest.skip("shared/data/glasgow not present")

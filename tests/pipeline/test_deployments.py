@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.faulty_server import free_port, stop_process, wait_for_http
+from support.paths import ROOT
+from support.faulty_server import free_port, stop_process, wait_for_http
 
 pytestmark = pytest.mark.server
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tasks.store.integrity import StoreError
-from tests import crash_worker
+from support import crash_worker
 
 
 def store_hashes(store: Path) -> dict[str, str]:

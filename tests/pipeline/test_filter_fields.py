@@ -8,8 +8,8 @@ from tasks.config.spec import SpecError, load_spec
 from tasks.stages.dataset import DatasetError
 from tasks.stages.filter_fields import check_filter_fields, document_fields
 from tasks.stages.prepare import check_inputs
-from tests.conftest import ROOT
-from tests.test_cli_errors import retbench
+from support.paths import ROOT
+from tests.pipeline.test_cli_errors import retbench
 
 DOCS = [
     {"id": "d1", "text": "cards fees", "metadata": {"product": "cards", "year": 2024}},

@@ -11,7 +11,7 @@ from tasks.stages.dataset import DatasetError, load_dataset
 from tasks.stages.filtered_ann import filtered_fidelity
 from tasks.stages.filters import filter_groups, filter_report, matches, search_with_filters
 from tasks.stages.sweep import SyntheticDataset
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 
 def _write_jsonl(folder, docs, queries, qrels):

@@ -7,6 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from support.paths import ROOT
+
 from tasks.analysis.finetune_verdict import finetune_verdict
 from tasks.analysis.hard_negatives import HeldOutSplitError, hard_negative_pairs
 from tasks.config.spec import SpecError, load_spec
@@ -17,8 +19,6 @@ from tasks.providers.finetuned import FinetunedOptions
 from tasks.stages.finetune import (
     FinetuneInputError, check_training_queries, finetune_key, finetune_provider, write_training_tables,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

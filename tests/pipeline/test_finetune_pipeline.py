@@ -11,8 +11,8 @@ from tasks.config.spec import load_spec
 from tasks.config.stages import STAGES
 from tasks.stages.dataset import DatasetError
 from tasks.stages.prepare import check_inputs
-from tests.conftest import ROOT
-from tests.test_cli_errors import retbench
+from support.paths import ROOT
+from tests.pipeline.test_cli_errors import retbench
 
 
 def _collection(folder: Path, dev_judged: int) -> Path:
@@ -145,7 +145,7 @@ def test_max_triples_is_a_seeded_sample_in_mining_order():
 
 
 def test_xquad_dev_split_is_a_stable_hash_shared_by_a_question_and_its_translation():
-    from tests.conftest import SHARED_DATA
+    from support.paths import SHARED_DATA
 
     if not (SHARED_DATA / "xquad").is_dir():
         pytest.skip(f"{SHARED_DATA / 'xquad'} not present")

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 SPEC = """
 name: sample-hashing

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from tasks.analysis import history
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 
 def _per_query(values, provider="p", index="flat", nprobe=None, measure="ndcg@10"):

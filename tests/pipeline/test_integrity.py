@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests import crash_worker
-from tests.crash_worker import TABLES, cache_rows
-from tests.test_crash_safety import provider_folders
+from support import crash_worker
+from support.crash_worker import TABLES, cache_rows
+from support.crash_runs import provider_folders
 
 
 @pytest.fixture(scope="module")

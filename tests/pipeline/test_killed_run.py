@@ -5,7 +5,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.test_cli_errors import retbench, tiny_collection, write_spec
+from tests.pipeline.test_cli_errors import retbench, tiny_collection, write_spec
 
 
 def children(pid: int) -> list[int]:

@@ -11,7 +11,7 @@ from tasks.analysis.cost import PricingSpec, cost_row, cost_table, storage_table
 from tasks.stages.embed import embed_texts
 from tasks.stages.latency import LATENCY_COLUMNS, LatencySpec, profile_latency
 from tasks.providers import create_provider
-from tests.faulty_server import FaultyServer
+from support.faulty_server import FaultyServer
 
 TEXTS = [f"document {i} about refunds and invoices" for i in range(40)]
 

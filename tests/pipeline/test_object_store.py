@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import ROOT
-from tests.counting_proxy import CountingProxy
-from tests.moto_s3 import moto_s3
+from support.paths import ROOT
+from support.counting_proxy import CountingProxy
+from support.moto_s3 import moto_s3
 
 BUCKET = "retbench-objects"
 
@@ -301,7 +301,7 @@ def test_sharded_embedding_with_a_worker_on_another_scratch_folder(s3, tmp_path)
     from tasks.stages.embed import embed_texts, read_vectors
     from tasks.stages.embed_shards import PartResult, finish_embedding, plan_embedding
     from tasks.store.remote import ENVIRONMENT
-    from tests.test_sharded_embed import IDS, TEXTS
+    from tests.pipeline.test_sharded_embed import IDS, TEXTS
 
     provider = create_provider("hashing", {"dim": 32})
     single = embed_texts(provider, "h", IDS, TEXTS, "document", tmp_path / "local", batch_size=16)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cached_runs import run, write_spec
+from tests.pipeline.test_cached_runs import run, write_spec
 
 OUTPUTS = ("summary.parquet", "per_query.parquet", "breakdown.parquet", "comparisons.parquet", "summary.csv", "runs.trec")
 

@@ -6,7 +6,7 @@ import pytest
 
 from tasks.stages.embed import embed_texts, full_fingerprint, load_vectors
 from tasks.providers import create_provider, known_kinds
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 DOCS = {
     "keys": "Rotate an API key: create a new key, deploy it, then revoke the old key from the dashboard.",

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.moto_s3 import moto_s3
+from support.paths import ROOT
+from support.moto_s3 import moto_s3
 
 SPEC = """
 name: s3

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from tasks.reporting.html import md_escape
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

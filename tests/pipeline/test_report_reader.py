@@ -16,8 +16,8 @@ import pytest
 from tasks.reporting.html import build_report
 from tasks.reporting.publish import Published, verdict_markdown
 from tasks.reporting.verdict import decide, verdict_sentences
-from tests.conftest import ROOT
-from tests.headless import CHROMIUM, Chromium
+from support.paths import ROOT
+from support.headless import CHROMIUM, Chromium
 
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)")
 VIEWPORT = 1280

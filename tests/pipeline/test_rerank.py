@@ -14,7 +14,7 @@ from tasks.providers.http_base import HttpResponseError
 from tasks.rerankers import create_reranker, known_kinds
 from tasks.stages.rerank import rerank_run, shard_paths
 from tasks.stages.retrieve import RUN_SCHEMA, trec_order
-from tests.faulty_server import FaultyServer, rerank_score
+from support.faulty_server import FaultyServer, rerank_score
 
 QUERIES = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["wing flutter", "heat transfer", "shock waves"]})
 CHUNKS = pl.DataFrame({"chunk_id": [f"d{i}#0" for i in range(6)], "text": [f"document number {i}" for i in range(6)]})

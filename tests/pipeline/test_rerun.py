@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 SPEC = """
 name: rerun

@@ -10,7 +10,7 @@ from tasks.stages.embed import embed_texts, full_fingerprint
 from tasks.providers import create_provider
 from tasks.providers.http_base import HttpAuthError, HttpRequestError
 from tasks.providers.secrets import SecretLookupError, redact, resolve_secret
-from tests.faulty_server import FaultyServer
+from support.faulty_server import FaultyServer
 
 KEY = "sk-test-FAKE-0123456789abcdef"
 ENV = "RETBENCH_TEST_API_KEY"

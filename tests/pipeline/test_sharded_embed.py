@@ -120,7 +120,7 @@ def test_a_retried_part_skips_the_batches_written_before_it_failed(tmp_path):
 
 
 def test_one_process_keeps_an_http_providers_requests_within_its_concurrency(tmp_path):
-    from tests.latency_server import latency_server, stats, vector_for
+    from support.latency_server import latency_server, stats, vector_for
 
     with latency_server(latency=0.05, dim=24) as url:
         provider = create_provider("openai-compatible", {"base_url": url, "model": "m", "encoding_format": "base64",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 SPEC = """
 name: systems

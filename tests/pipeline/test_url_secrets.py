@@ -9,7 +9,7 @@ from tasks.config.spec import BenchmarkSpec
 from tasks.providers import create_provider
 from tasks.reporting.manifest import redacted_spec
 from tasks.stages.embed import embed_texts, full_fingerprint
-from tests.faulty_server import FaultyServer, vector_for
+from support.faulty_server import FaultyServer, vector_for
 
 URL_KEY = "url-key-0123456789"
 ENV_KEY = "env-key-9876543210"

@@ -9,7 +9,7 @@ from tasks.config.spec import SpecError, load_spec
 from tasks.config.variants import QueryVariantSpec
 from tasks.stages.buried import buried_table
 from tasks.stages.variants import preprocess, rewriter
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 MINIMAL = """
 name: t

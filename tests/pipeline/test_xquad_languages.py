@@ -12,8 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-XQUAD = ROOT.parent / "shared" / "data" / "xquad"
+from support.paths import ROOT, SHARED_DATA
+
+XQUAD = SHARED_DATA / "xquad"
 
 
 def _bench():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from support.paths import ROOT
 
 HEAVY = ("faiss", "torch", "prefect", "sentence_transformers", "matplotlib")
 
@@ -98,7 +98,15 @@ def test_every_stage_record_is_a_stage_result():
 
 
 def test_the_crash_worker_runs_the_shipped_pipeline():
-    source = (ROOT / "tests" / "crash_worker.py").read_text(encoding="utf-8")
+    source = (ROOT / "support" / "crash_worker.py").read_text(encoding="utf-8")
     assert "from tasks.pipeline import" in source and "run_pipeline(" in source
     for stage_function in ("embed_texts(", "build_index(", "retrieve(", "score_runs("):
         assert stage_function not in source  # no copy of the wiring
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "support"])
+def test_benchmarks_and_support_never_import_tests(folder):
+    """What a benchmark shares with the tests lives in support/, so tests can move between layers."""
+    offenders = {str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] == "tests")
+                 for path in files_under(folder)}
+    assert not {k: v for k, v in offenders.items() if v}

@@ -5,6 +5,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from support.paths import SHARED_DATA
+
 from tasks.stages.dataset import (
     CORPUS_SCHEMA,
     Dataset,
@@ -16,7 +18,7 @@ from tasks.stages.dataset import (
 )
 from tasks.language import detect_language
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = SHARED_DATA
 CRANFIELD = DATA / "cranfield"
 XQUAD = DATA / "xquad"
 

@@ -14,7 +14,7 @@ import pytest
 from tasks.config.systems import LexicalSpec, TokenizerSpec
 from tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index, search_bm25
 from tasks.stages.retrieve import RUN_SCHEMA, trec_order
-from tests.conftest import SHARED_DATA
+from support.paths import SHARED_DATA
 
 DATA = SHARED_DATA if SHARED_DATA.is_dir() else Path("/work/shared/data")
 PLAIN = TokenizerSpec(stopwords=None, min_length=1)

@@ -6,11 +6,12 @@ Uses only the standard library so it runs without the project installed.
 import json
 import re
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).parent.parent / "data" / "sample"
+from support.paths import ROOT
+
+SAMPLE = ROOT / "data" / "sample"
 
 DOC_LANGUAGES = {"en", "hi"}
 QUERY_LANGUAGES = {"en", "hi", "hinglish"}

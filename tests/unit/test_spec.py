@@ -1,10 +1,8 @@
-from pathlib import Path
-
 import pytest
 
-from tasks.config.spec import SpecError, load_spec
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+from tasks.config.spec import SpecError, load_spec
 
 
 def _write(tmp_path, text):

@@ -19,7 +19,7 @@ SPEC = SweepSpec(
     ivf={"nlist": [16], "nprobe": [1, 2, 4, 16]},
     hnsw={"M": [8], "ef_construction": [20], "ef_search": [4, 64]},
     ivfpq={"nlist": [16], "m": [4], "nbits": [4], "nprobe": [16]},
-    sq=None, binary=None,  # tests/test_compressed_index.py sweeps those
+    sq=None, binary=None,  # tests/unit/test_compressed_index.py sweeps those
     k=10, depth=20, repeats=1, latency_queries=5, bootstrap=200,
 )
 

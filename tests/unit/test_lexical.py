@@ -216,9 +216,14 @@ def test_bm25s_parity_on_cranfield_with_multi_chunk_documents(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("collection", ["npl", "cisi", "med"])
 def test_bm25s_parity_on_glasgow(tmp_path, collection):
-    from tests.glasgow_reader import read_glasgow
+    """The collections as the pipeline reads them (one chunk per document: title, blank line, text);
+    the reader itself is checked against the collections' README in tests/pipeline/test_dataset_glasgow.py."""
+    from tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from tasks.stages.dataset import load_dataset
 
-    corpus, query_frame, _ = read_glasgow(DATA / "glasgow", collection)
-    chunks = corpus.select(chunk_id=pl.col("doc_id") + "#0", doc_id="doc_id", text="text")
+    ds = load_dataset(DATA / "glasgow" / collection, "glasgow", "all")
+    chunks = chunk_corpus(ds.corpus, ChunkConfig("none"))
+    assert chunks.height == ds.corpus.height
     spec = LexicalSpec(name="g", tokenizer=TokenizerSpec(stopwords="en", stemmer="porter"), k1=0.9, b=0.4)
-    assert_parity(tmp_path, collection, chunks, query_frame, spec)
+    run = assert_parity(tmp_path, collection, chunks.select("chunk_id", "doc_id", "text"), ds.queries.select("query_id", "text"), spec)
+    assert run["query_id"].n_unique() == ds.queries.height

@@ -1,7 +1,8 @@
 """Hostile and malformed inputs: the loaders, the TREC readers and the spec either accept an
 input or refuse it with their documented error (DatasetError / SpecError / ValueError) naming
 the file; nothing escapes from deep inside, and nothing is written outside the store or the
-output directory, whatever the ids look like."""
+output directory, whatever the ids look like. How many examples each property tried:
+`pytest --hypothesis-show-statistics` (hypothesis counts them itself)."""
 from __future__ import annotations
 
 import codecs
@@ -31,11 +32,6 @@ HOSTILE_IDS = st.one_of(
 JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10**20, max_value=10**20),
                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
                         st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-COUNTS: dict[str, int] = {}
-
-
-def _count(name: str) -> None:
-    COUNTS[name] = COUNTS.get(name, 0) + 1
 
 
 def write_jsonl(path: Path, rows: list, bom: bool = False, crlf: bool = False, ascii_only: bool = True) -> None:
@@ -66,7 +62,6 @@ def expect_documented(call, folder: Path, error_types=(DatasetError,)):
 @SETTINGS
 @given(data=st.binary(max_size=400), which=st.sampled_from(["corpus.jsonl", "queries.jsonl", "qrels.jsonl"]))
 def test_arbitrary_bytes_in_any_jsonl_file(tmp_path_factory, data, which):
-    _count("jsonl bytes")
     folder = base_dataset(tmp_path_factory.mktemp("bytes"))
     (folder / which).write_bytes(data)
     outcome = expect_documented(lambda: load_dataset(folder, "jsonl", "all"), folder)
@@ -78,7 +73,6 @@ def test_arbitrary_bytes_in_any_jsonl_file(tmp_path_factory, data, which):
 @given(doc_ids=st.lists(HOSTILE_IDS, min_size=1, max_size=4), query_id=HOSTILE_IDS, bom=st.booleans(),
        crlf=st.booleans(), ascii_only=st.booleans(), text=st.text(max_size=40))
 def test_hostile_ids_are_kept_exactly_or_refused_with_file_and_line(tmp_path_factory, doc_ids, query_id, bom, crlf, ascii_only, text):
-    _count("hostile ids")
     folder = tmp_path_factory.mktemp("ids")
     write_jsonl(folder / "corpus.jsonl", [{"id": d, "text": f"{text} doc {i}"} for i, d in enumerate(doc_ids)], bom, crlf, ascii_only)
     write_jsonl(folder / "queries.jsonl", [{"id": query_id, "text": text or "q", "split": "dev"}], bom, crlf, ascii_only)
@@ -96,7 +90,6 @@ def test_hostile_ids_are_kept_exactly_or_refused_with_file_and_line(tmp_path_fac
 @SETTINGS
 @given(grade=JSON_VALUES)
 def test_grades_must_be_integers_in_range(tmp_path_factory, grade):
-    _count("grades")
     folder = base_dataset(tmp_path_factory.mktemp("grades"))
     write_jsonl(folder / "qrels.jsonl", [{"query_id": "q1", "doc_id": "d1", "grade": grade}])
     outcome = expect_documented(lambda: load_dataset(folder, "jsonl", "all"), folder)
@@ -110,7 +103,6 @@ def test_grades_must_be_integers_in_range(tmp_path_factory, grade):
 @given(lines=st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=60), max_size=6), data=st.binary(max_size=80),
        use_bytes=st.booleans(), fmt=st.sampled_from(["trec-qrels", "beir", "cranfield", "xquad"]))
 def test_other_formats_refuse_garbage_with_their_error(tmp_path_factory, lines, data, use_bytes, fmt):
-    _count(f"{fmt} garbage")
     folder = base_dataset(tmp_path_factory.mktemp(fmt))
     content = data if use_bytes else "\n".join(lines).encode("utf-8", "surrogatepass")
     if fmt == "trec-qrels":
@@ -135,7 +127,6 @@ def test_other_formats_refuse_garbage_with_their_error(tmp_path_factory, lines, 
                        st.floats(allow_nan=True).map(repr), st.text(max_size=6)),
        bom=st.booleans(), crlf=st.booleans(), junk=st.binary(max_size=20))
 def test_trec_run_scores(tmp_path_factory, score, bom, crlf, junk):
-    _count("trec run")
     path = tmp_path_factory.mktemp("run") / "run.trec"
     newline = b"\r\n" if crlf else b"\n"
     body = newline.join([b"q1 Q0 d1 1 0.5 tag", f"q1 Q0 d2 2 {score} tag".encode("utf-8", "surrogatepass"), junk])
@@ -151,7 +142,6 @@ def test_trec_run_scores(tmp_path_factory, score, bom, crlf, junk):
 @SETTINGS
 @given(body=st.binary(max_size=200))
 def test_trec_qrels_bytes(tmp_path_factory, body):
-    _count("trec qrels")
     path = tmp_path_factory.mktemp("qrels") / "qrels.txt"
     path.write_bytes(body)
     try:
@@ -170,7 +160,6 @@ providers:
 @SETTINGS
 @given(name=HOSTILE_IDS, provider=HOSTILE_IDS)
 def test_spec_and_provider_names_that_could_escape_a_path_are_refused(tmp_path_factory, name, provider):
-    _count("spec names")
     path = tmp_path_factory.mktemp("spec") / "spec.yaml"
     path.write_text(SPEC.format(name=json.dumps(name), provider=json.dumps(provider)), encoding="utf-8")
     try:
@@ -186,7 +175,6 @@ def test_spec_and_provider_names_that_could_escape_a_path_are_refused(tmp_path_f
 @SETTINGS
 @given(body=st.one_of(st.binary(max_size=300), st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass"))))
 def test_spec_garbage_gives_spec_error(tmp_path_factory, body):
-    _count("spec bytes")
     path = tmp_path_factory.mktemp("spec") / "spec.yaml"
     path.write_bytes(body)
     with pytest.raises(SpecError) as caught:
@@ -255,8 +243,3 @@ def test_pipeline_with_hostile_ids_writes_only_under_store_and_output(tmp_path):
     outside = [p for p in written if not any(p.is_relative_to(root) for root in allowed)]
     assert not outside, outside
     assert dataset.queries == len(ids)
-
-
-def test_report_hypothesis_example_counts():
-    """Not a check: prints how many hostile inputs the properties above tried (for the record)."""
-    print("\nhypothesis examples by property:", json.dumps(COUNTS, sort_keys=True))

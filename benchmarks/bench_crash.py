@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import crash_worker  # noqa: E402
-from tests.test_crash_safety import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill  # noqa: E402
+from support import crash_worker  # noqa: E402
+from support.crash_runs import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill  # noqa: E402
 
 CLI_SPEC = """
 name: crashcli
@@ -44,7 +44,7 @@ store_dir: "{store}"
 def worker_trials(base: Path, trials: int, rng: random.Random) -> dict:
     import polars as pl
 
-    from tests.crash_worker import TABLES, cache_rows
+    from support.crash_worker import TABLES, cache_rows
 
     crash_worker.run(base / "ref" / "store", base / "ref" / "out")
     reference = ({n: pl.read_parquet(base / "ref" / "out" / f"{n}.parquet") for n in TABLES},
@@ -72,7 +72,7 @@ def cli_trials(base: Path, trials: int, rng: random.Random) -> dict:
     """Kill `retbench run` (Prefect flow, embedded API) a random time after start, then rerun it."""
     import polars as pl
 
-    from tests.crash_worker import cache_rows
+    from support.crash_worker import cache_rows
 
     def run_cli(store: Path, out: Path, kill_after: float | None) -> str:
         spec = base / "cli-spec.yaml"

@@ -3,7 +3,7 @@
     python benchmarks/bench_dask_scaling.py [--workers 1 2 4] [--latency 0.5] [--concurrency 4] [--batch 32]
                                             [--shards 8] [--texts N] [--dataset DIR]
 
-A local OpenAI-compatible server on 127.0.0.1 (tests/latency_server.py, its own process) answers
+A local OpenAI-compatible server on 127.0.0.1 (support/latency_server.py, its own process) answers
 every request after a fixed sleep, like a hosted API: a worker's throughput is bounded by
 concurrency x batch / latency, not by CPU, so on 2 cores the workers still add up. For each
 worker count, the benchmark flow runs up to the embed stage on a fresh local Dask cluster
@@ -83,7 +83,7 @@ def run(workers: int, base: Path, data: Path, fmt: str, options, store: Path) ->
     from prefect_dask import DaskTaskRunner
 
     from flows.benchmark import benchmark
-    from tests.latency_server import latency_server, stats
+    from support.latency_server import latency_server, stats
 
     folder = base / f"workers-{workers}"
     shutil.copytree(store, folder / "store")  # cold embedding cache: no embeddings/ or sets/ yet

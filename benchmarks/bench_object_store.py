@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.counting_proxy import CountingProxy  # noqa: E402
-from tests.moto_s3 import moto_s3  # noqa: E402
+from support.counting_proxy import CountingProxy  # noqa: E402
+from support.moto_s3 import moto_s3  # noqa: E402
 
 BUCKET = "retbench-bench"
 SPEC = """

@@ -1,14 +1,6 @@
 import flows  # noqa: F401  (Prefect environment defaults before Prefect is imported)
 
-import os
-
 import pytest
-
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-# RETBENCH_SHARED_DATA: where the real collections are when the checkout is elsewhere (a worktree).
-SHARED_DATA = Path(os.environ.get("RETBENCH_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Retrieval measures computed exactly as trec_eval computes them, vectorised over a whole run.
 
 Conventions (each checked against pytrec_eval, the trec_eval C code, in
-tests/test_metrics_vs_trec_eval.py):
+tests/unit/test_metrics_vs_trec_eval.py):
 
 - Ranking: per query, score descending, ties broken by doc id *descending* (byte-wise
   string comparison, trec_eval's ``strcmp(doc2, doc1)``). Any rank column is ignored.

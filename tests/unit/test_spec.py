@@ -1,0 +1,74 @@
+import pytest
+
+from support.paths import ROOT
+
+from tasks.config.spec import SpecError, load_spec
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+name: t
+dataset: {path: data, format: jsonl}
+providers: [{name: h, kind: hashing}]
+"""
+
+
+def test_defaults_and_paths_resolved_against_the_spec_folder(tmp_path):
+    spec = load_spec(_write(tmp_path, MINIMAL))
+    assert spec.k == [5, 10, 20]
+    assert spec.dataset.split == "dev"
+    assert spec.dataset.path == (tmp_path / "data").resolve()
+    assert spec.store_dir == str((tmp_path / ".store").resolve())
+    assert spec.indexes.flat and spec.indexes.ivf.nprobe == [1, 4, 16]
+
+
+def test_unknown_key_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"chunking\.strategyy: unknown key"):
+        load_spec(_write(tmp_path, MINIMAL + "chunking: {strategyy: fixed}\n"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("k: [0, 10]\n", "k: Value error, k must be a non-empty list of positive integers"),
+    ("chunking: {strategy: fixed, size: 10, overlap: 10}\n", "overlap (10) must be smaller than chunking.size (10)"),
+    ("indexes: {ivf: {nprobe: []}}\n", "nprobe must be a non-empty list"),
+    ("depth: 5\n", "depth (5) must be at least the largest k (20)"),
+])
+def test_bad_values_are_explained(tmp_path, extra, message):
+    with pytest.raises(SpecError) as error:
+        load_spec(_write(tmp_path, MINIMAL + extra))
+    assert message in str(error.value)
+    assert str(tmp_path / "spec.yaml") in str(error.value)
+
+
+def test_unknown_provider_kind_and_duplicate_names(tmp_path):
+    with pytest.raises(SpecError, match="unknown kind 'bert'"):
+        load_spec(_write(tmp_path, "name: t\ndataset: {path: d}\nproviders: [{name: x, kind: bert}]\n"))
+    with pytest.raises(SpecError, match=r"repeated: \['h'\]"):
+        load_spec(_write(tmp_path, "name: t\ndataset: {path: d}\nproviders: [{name: h, kind: hashing}, {name: h, kind: hashing}]\n"))
+
+
+def test_not_a_mapping_and_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="expected a mapping"):
+        load_spec(_write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(SpecError, match="spec file not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_shipped_specs_are_valid():
+    for path in (ROOT / "specs").glob("*.yaml"):
+        load_spec(path)
+
+
+def test_report_primary_measure_defaults_and_must_be_scored(tmp_path):
+    assert load_spec(_write(tmp_path, MINIMAL)).report.primary_measure == "ndcg@10"
+    assert load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: recall@20}\n")).report.primary_measure == "recall@20"
+    # ndcg@50 is a real measure, but with k = [5, 10, 20] the run never scores it.
+    with pytest.raises(SpecError, match=r"report\.primary_measure 'ndcg@50' is not scored by this spec \(with k=\[5, 10, 20\]"):
+        load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: ndcg@50}\n"))
+    with pytest.raises(SpecError, match=r"report\.primary_measurre: unknown key"):
+        load_spec(_write(tmp_path, MINIMAL + "report: {primary_measurre: mrr}\n"))

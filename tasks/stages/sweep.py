@@ -31,7 +31,8 @@ from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and 
 from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, index_path, load_index, resolve_ivf, set_query_params
 from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate, parse_measure
-from tasks.stages.retrieve import search_documents, trec_order
+from tasks.analysis.runs import trec_order
+from tasks.stages.maxp import search_documents
 from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
 
 # --- the grid -----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.providers.fingerprint import full_fingerprint
-from tasks.rerankers import register
 from tasks.rerankers.base import RerankBatch, checked_scores
 
 
@@ -67,6 +66,3 @@ class EmbeddingRescoreReranker:
         for index, (query, docs) in enumerate(batches):
             scores = d_vectors[[d_rows[d] for d in docs]] @ q_vectors[query] if docs else np.zeros(0)
             yield index, RerankBatch(checked_scores(scores, len(docs), "embedding-rescore"), seconds * len(docs) / pairs)
-
-
-register("embedding-rescore")(EmbeddingRescoreReranker)

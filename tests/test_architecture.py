@@ -1,5 +1,6 @@
-"""The layout's rules, checked: which folders may import which, what the command line loads,
-and that putting things in the store goes through one routine."""
+"""The layout's rules, checked: the import graph of tasks/ and flows/ (every import, also inside
+functions) has no cycle and no arrow up the layers, what the command line loads, and that putting
+things in the store goes through one routine."""
 from __future__ import annotations
 
 import ast

@@ -30,6 +30,8 @@ class Registry(Generic[T]):
         return decorator
 
     def _load_builtin(self) -> None:
+        if self._builtin_loaded:
+            return
         with self._loading:
             if not self._builtin_loaded:
                 for factory in self._builtin():

@@ -13,7 +13,7 @@ from tasks.providers.base import Provider, Role
 from tasks.registry import Registry
 
 
-def _builtin() -> tuple[type[Provider], ...]:
+def _builtin() -> dict[str, type[Provider]]:
     # Imported on first lookup, so `import tasks.providers` stays cheap.
     from tasks.providers.cohere import CohereProvider
     from tasks.providers.e5_multilingual import E5MultilingualProvider
@@ -25,8 +25,9 @@ def _builtin() -> tuple[type[Provider], ...]:
     from tasks.providers.tei import TEIProvider
     from tasks.providers.voyage import VoyageProvider
 
-    return (E5MultilingualProvider, FinetunedProvider, HashingProvider, SentenceTransformersProvider,
-            CohereProvider, OllamaProvider, OpenAICompatibleProvider, TEIProvider, VoyageProvider)
+    return {provider.kind: provider for provider in (
+        E5MultilingualProvider, FinetunedProvider, HashingProvider, SentenceTransformersProvider,
+        CohereProvider, OllamaProvider, OpenAICompatibleProvider, TEIProvider, VoyageProvider)}
 
 
 _REGISTRY: Registry[type[Provider]] = Registry("provider", _builtin)

@@ -11,7 +11,7 @@ from tasks.rerankers.base import RerankBatch, Reranker, RerankerError
 from tasks.registry import Registry
 
 
-def _builtin() -> tuple[Callable[..., Reranker], ...]:
+def _builtin() -> dict[str, Callable[..., Reranker]]:
     # Imported on first lookup, so importing the package loads no model library.
     from tasks.rerankers.cohere_rerank import CohereReranker
     from tasks.rerankers.cross_encoder import CrossEncoderReranker
@@ -20,7 +20,8 @@ def _builtin() -> tuple[Callable[..., Reranker], ...]:
     from tasks.rerankers.tei_rerank import TeiReranker
     from tasks.rerankers.voyage_rerank import VoyageReranker
 
-    return (CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker)
+    return {reranker.kind: reranker for reranker in (
+        CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker)}
 
 
 _REGISTRY: Registry[Callable[..., Reranker]] = Registry("reranker", _builtin)

@@ -189,12 +189,15 @@ def test_each_cycle_is_named_once():
     assert import_cycles(graph) == [["p", "q", "r", "p"], ["x", "y", "x"]]
 
 
-def test_analysis_builds_no_provider():
-    """Analysis is functions on tables: the layers would let it reach the plug-ins, this does not."""
+@pytest.mark.parametrize("package, forbidden", [
+    ("tasks.analysis", ("tasks.providers", "tasks.rerankers")),  # functions on tables build no model
+    ("tasks.indexes", ("tasks.providers", "tasks.rerankers")),  # index kinds: the store, the registry, FAISS
+])
+def test_narrower_rules_than_the_layers(package, forbidden):
     graph = import_graph(ROOT)
-    assert {m: sorted(t for t in targets if t.startswith(("tasks.providers", "tasks.rerankers")))
-            for m, targets in graph.items() if m.startswith("tasks.analysis")
-            and any(t.startswith(("tasks.providers", "tasks.rerankers")) for t in targets)} == {}
+    offenders = {module: sorted(t for t in targets if t.startswith(forbidden)) for module, targets in graph.items()
+                 if module == package or module.startswith(f"{package}.")}
+    assert {module: targets for module, targets in offenders.items() if targets} == {}
 
 
 def files_under(folder: str) -> list[Path]:

@@ -59,8 +59,8 @@ def document_run(provider, name: str, dataset, store: Path, depth: int = 100) ->
 def xquad(pairs: list[str], dev_fraction: float):
     """XQuAD's language pairs as one collection: documents of every language, each question
     judged against its paragraph in the pair's document language; dev/test by a stable hash of
-    the XQuAD question id (tasks/stages/dataset.py), so a question and its translation share a split."""
-    from tasks.stages.dataset import Dataset
+    the XQuAD question id (tasks/datasets/xquad.py), so a question and its translation share a split."""
+    from tasks.datasets.model import Dataset
 
     corpus, queries, qrels = [], [], []
     for pair in pairs:

@@ -30,7 +30,7 @@ def _is_expected(error: BaseException) -> bool:
     from tasks.config.spec import SpecError
     from tasks.providers.http_base import HttpProviderError
     from tasks.providers.secrets import SecretLookupError
-    from tasks.stages.dataset import DatasetError
+    from tasks.datasets.errors import DatasetError
     from tasks.store.integrity import StoreError
 
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError)):

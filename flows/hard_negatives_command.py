@@ -30,7 +30,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import polars as pl
 
-    from tasks.stages.dataset import DatasetError, load_saved_dataset
+    from tasks.datasets.errors import DatasetError
+    from tasks.stages.dataset import load_saved_dataset
     from tasks.analysis.hard_negatives import hard_negative_pairs, write_triples
 
     try:

@@ -3,7 +3,8 @@
     load-dataset -> chunk -> embed -> index -> retrieve -> score (tables, ledger, manifest) -> report
 
 `run_pipeline(spec, selection)` wires the stage calls of tasks/stage_calls.py (each calls the
-stage functions of tasks/stages, tasks/analysis and tasks/reporting). Every call goes through a
+stage functions of tasks/stages, tasks/analysis and tasks/reporting) and, after the main stage
+each follows, the side stages declared in tasks/stage_list.py that the spec turns on. Every call goes through a
 `Runner`: the plain one here runs each call at once, in this process (tests, the crash worker,
 scripts); flows/benchmark.py passes one that makes each call a Prefect task run (thread pool or
 Dask). Stages take and return paths, content keys and `StageResult` records, never arrays, so
@@ -20,14 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import polars as pl
-
 from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_providers
-from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, default_provider, embed_finish_stage,
-                               embed_part_stage, embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage,
-                               finetune_tables_stage, index_stage, latency_stage, ledger_tables, load_dataset_stage,
-                               query_variant_stage, report_stage, retrieve_stage, score_stage, sweep_stage,
-                               system_stage, with_shards)
+from tasks.stage_calls import (chunk_stage, default_provider, embed_finish_stage, embed_part_stage, embed_plan_stage,
+                               filters_stage, finetune_stage, index_stage, load_dataset_stage, query_variant_stage,
+                               report_stage, retrieve_stage, score_stage, system_stage, with_shards)
+from tasks.stage_list import SIDE_STAGES
+from tasks.stage_units import Produced
 
 log = logging.getLogger("retbench")
 
@@ -229,7 +228,6 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     if not reaches("embed"):
         active = []
     mine = [s for s in settings if s.provider in {p.name for p in active}]
-    label_provider = {s.label: s.provider for s in mine}
     by_name = {p.name: p for p in active}
     # Documents per (provider, chunking), queries per (provider, query variant): a query variant
     # reuses its baseline's index; texts shared by two chunkings hit the content-hashed cache.
@@ -243,11 +241,14 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                               store, forced("embed", key[0]), make_provider, label)
                   for key, label in query_label.items()}
     embedded = {p.name: (doc_sets[(p.name, baseline_chunking)], query_sets[(p.name, RAW_QUERIES)]) for p in active}
-    latency = [runner.submit("latency", latency_stage, p, chunks.path, spec, selection.remeasure, make_provider,
-                             label=f"latency-{p.name}")
-               for p in active if spec.latency is not None and selection.stage == "score"]
+    produced = Produced(spec, selection, runner, make_provider, dataset=dataset, chunks=chunks, chunk_refs=chunk_refs,
+                        baseline_chunking=baseline_chunking, filters=filters, active=active, settings=mine,
+                        doc_sets=doc_sets, query_sets=query_sets, embedded=embedded, tuned=tuned)
+    side_stages = [unit for unit in SIDE_STAGES if unit.on(spec, selection)]
+    _submit_side_stages(side_stages, "embed", produced)
 
-    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks) for name, ref in chunk_refs.items()}
+    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks, spec.indexes.other_kinds())
+             for name, ref in chunk_refs.items()}
     for note in (n for plan in plans.values() for n in plan.notes) if reaches("index") else ():
         log.warning(note)
     indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]),
@@ -256,63 +257,31 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                for key, doc_set in doc_sets.items() if reaches("index")}
     retrieved = [runner.submit("retrieve", retrieve_stage, built, doc_sets[(s.provider, s.chunking)],
                                query_sets[(s.provider, s.query_variant)], chunk_refs[s.chunking], spec,
-                               plans[s.chunking].nprobe, forced("retrieve", s.provider),
+                               plans[s.chunking].query_grid(index_settings), forced("retrieve", s.provider),
                                label=f"retrieve-{s.label}-{index_settings.kind}", setting=s.label, filters=filters)
                  for s in mine if reaches("retrieve")
                  for index_settings, built in zip(plans[s.chunking].settings, indexes[(s.provider, s.chunking)])]
-    sweeps = [runner.submit("ann-sweep", sweep_stage, embedded[p.name][0], embedded[p.name][1], chunks, dataset, spec,
-                            forced("index", p.name), selection.remeasure, label=f"ann-sweep-{p.name}")
-              for p in active if spec.sweep is not None and reaches("retrieve")]
-
-    buried_on = spec.statistics.buried_answers
-    if buried_on is None:
-        buried_on = isinstance(spec.chunking, list)
-    buried = [runner.submit("retrieve", buried_stage, p, dataset,
-                            [r for group in retrieved for r in group.result()
-                             if r.index == "flat" and label_provider[r.provider] == p.name],
-                            {s.label: query_sets[(s.provider, s.query_variant)].result() for s in mine if s.provider == p.name},
-                            spec, make_provider, label=f"buried-{p.name}")
-              for p in active if buried_on and reaches("score")]
-
-    filtered_ann = [runner.submit("retrieve", filtered_ann_stage, embedded[p.name][0], embedded[p.name][1],
-                                  [b.result() for b in indexes[(p.name, baseline_chunking)]],
-                                  plans[baseline_chunking].nprobe, spec, label=f"filtered-ann-{p.name}")
-                    for p in active if spec.filter_sweep is not None and reaches("retrieve")]
+    produced.plans, produced.indexes, produced.retrieved = plans, indexes, retrieved
+    _submit_side_stages(side_stages, "retrieve", produced)
 
     embeddings = {name: (doc.result(), query.result()) for name, (doc, query) in embedded.items()}
     built = {name: [b.result() for b in indexes[(name, baseline_chunking)]] for name in embedded if indexes}
     variant_indexes = [b.result() for key, builds in indexes.items() if key[1] != baseline_chunking for b in builds]
     runs = [run for group in retrieved for run in group.result()]
     system_runs = _systems(spec, selection, runner, runs, chunks, dataset) if selection.stage == "score" else []
-    sweep_results = [s.result() for s in sweeps]
-    latency_paths = [path.result() for path in latency]
+    produced.runs, produced.system_runs, produced.embeddings, produced.built = runs, system_runs, embeddings, built
+    sweep_results = produced.results_of("ann-sweep")
 
-    tables: dict[str, str] = {}
+    tables = produced.tables
     if reaches("score"):
-        pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in (s.first, s.second) if base]
+        pairs = [((s.system, s.index, s.nprobe), base) for s in system_runs for base in s.inputs]
         flats = sorted({(r.provider, r.index, r.nprobe) for r in runs if r.index == "flat"})
         pairs += [((s.system, s.index, s.nprobe), flat) for s in system_runs if s.kind == "bm25" for flat in flats]
-        tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec, [b.result() for b in buried],
-                                pairs).result()
-        tables |= ledger_tables(spec, dataset, embeddings, built, latency_paths)
-        if system_runs:
-            from tasks.analysis.system_ledger import systems_tables
-
-            read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
-            tables |= report.write_tables(Path(spec.output_dir), systems_tables(
-                system_runs, {r.name: r for r in spec.rerankers}, read("latency"), read("cost")))
-        if tuned:
-            tables |= runner.submit("score", finetune_tables_stage, tuned, spec, tables["per_query"], dataset,
-                                    label="finetune-verdict").result()
-    if filtered_ann:
-        tables |= report.write_tables(Path(spec.output_dir), {
-            "filtered_ann": pl.concat([pl.read_parquet(f.result()) for f in filtered_ann])})
-    if sweep_results:
-        from tasks.stages.sweep import write_sweep_tables
-
-        tables |= write_sweep_tables(sweep_results, Path(spec.output_dir))
-    if reaches("score") and "per_query" in tables and "storage" in tables:
-        tables |= cheaper_variants_stage(spec, tables)
+        tables |= runner.submit("score", score_stage, runs + system_runs, dataset, spec,
+                                produced.results_of("buried-answers"), pairs).result()
+    for unit in side_stages:  # their tables, in the declared order
+        if unit.write is not None:
+            tables |= unit.written(unit.write(produced))
     all_embeddings = [d.result() for d in doc_sets.values()] + [q.result() for q in query_sets.values()]
     all_indexes = [i for group in built.values() for i in group] + variant_indexes
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
@@ -338,7 +307,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
         _keep_tables_of_the_last_full_run(manifest, Path(spec.output_dir))
     report.write_manifest(spec.output_dir, manifest)
     if reaches("score"):
-        published = runner.submit("report", report_stage, spec, run_id).result()
+        sections = tuple(unit.report for unit in side_stages if unit.report is not None)
+        published = runner.submit("report", report_stage, spec, run_id, sections).result()
         if on_published is not None:
             on_published(published)
         if published.regressions and spec.history.fail_on_regression:
@@ -347,6 +317,13 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     log.info(f"stage {selection.stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
              f"output in {spec.output_dir}")
     return PipelineResult(output_dir=str(spec.output_dir), manifest=manifest, embeddings=all_embeddings, tables=tables)
+
+
+def _submit_side_stages(side_stages: list, phase: str, produced: Produced) -> None:
+    """Submit the calls of the side stages that follow the main stage `phase`, in the declared order."""
+    for unit in side_stages:
+        if unit.after == phase and unit.call is not None:
+            produced.submitted[unit.name] = unit.call(produced)
 
 
 def _keep_tables_of_the_last_full_run(manifest: dict, output_dir: Path) -> None:
@@ -371,34 +348,34 @@ def _keep_tables_of_the_last_full_run(manifest: dict, output_dir: Path) -> None:
 
 
 def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
-    """BM25 first stages, then every `systems:` entry, each as one stage call; a system's first
-    stages are runs of this pipeline (dense settings, BM25) or of an earlier system."""
-    from tasks.stages.systems import setting_of
+    """BM25 first stages, then every `systems:` entry, each as one stage call, in dependency order
+    (a system after the systems it reads); a system's stages are runs of this pipeline (dense
+    settings, BM25) or of another system."""
+    from tasks.config.setting import system_settings
+    from tasks.config.systems import system_order
+    from tasks.stages.systems import stage_input
 
     store, depth = str(spec.store_dir), spec.depth
     lexical = [runner.submit("systems", system_stage, "bm25", entry, chunks, dataset, store, depth,
                              selection.forced("retrieve"), label=f"bm25-{entry.name}").result() for entry in spec.lexical]
-    files = {(r.provider, r.index, r.nprobe): r.path for r in runs}
-    files |= {(s.system, s.index, s.nprobe): s.path for s in lexical}
     rerankers = {r.name: r for r in spec.rerankers}
+    available = {f"bm25:{s.system}": s for s in lexical}  # reference -> the run that answers it
     made = list(lexical)
-    for system in spec.systems:
-        first = setting_of(system.first, runs)
-        if system.second is not None:
-            second = setting_of(system.second, runs)
-            made.append(runner.submit("systems", system_stage, "hybrid", system, first, second, files[first], files[second],
+    for system in system_order(list(spec.systems)):
+        inputs = [stage_input(reference, runs, available) for _, reference in system.references]
+        settings = system_settings(system, [i.setting for i in inputs])
+        if system.fusion is not None:
+            made.append(runner.submit("systems", system_stage, "hybrid", system, settings[0], inputs,
                                       dataset, store, depth, label=f"hybrid-{system.name}").result())
-            first = (made[-1].system, made[-1].index, made[-1].nprobe)
-            files[first] = made[-1].path
-            if system.rerank is None:
-                continue
+            inputs = [made[-1].as_input]
         if system.rerank is not None:
-            made.append(runner.submit("systems", system_stage, "rerank", system, rerankers[system.rerank], first,
-                                      files[first], chunks, dataset, store, selection.forced("retrieve"),
+            made.append(runner.submit("systems", system_stage, "rerank", system, rerankers[system.rerank], settings[-1],
+                                      inputs[0], chunks, dataset, store, selection.forced("retrieve"),
                                       label=f"rerank-{system.name}").result())
-        else:
-            made.append(runner.submit("systems", system_stage, "rename", system, first, files[first], store,
+        elif system.fusion is None:
+            made.append(runner.submit("systems", system_stage, "rename", system, settings[-1], inputs[0], store,
                                       label=f"system-{system.name}").result())
+        available[system.name] = made[-1]
     return made
 
 

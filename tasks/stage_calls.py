@@ -120,17 +120,18 @@ def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
     return ref
 
 
-def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, nprobes: tuple, force: bool,
+def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, query_grid: tuple, force: bool,
                    setting: str | None = None, filters=None) -> list:
-    """Runs of one index; `setting` relabels them (a query variant searches its baseline's index)."""
+    """Runs of one index, one per query-parameter dict of `query_grid` (IndexPlan.query_grid;
+    empty: one search without parameters); `setting` relabels them (a query variant searches
+    its baseline's index)."""
     from dataclasses import replace
 
     from tasks.stages.retrieve import retrieve
 
-    probes = [None] if built.settings.kind == "flat" else list(nprobes)
-    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, nprobe, Path(spec.store_dir), force=force,
-                     filters_path=filters.path if filters else None)
-            for nprobe in probes]
+    runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, params.get("nprobe"), Path(spec.store_dir),
+                     force=force, filters_path=filters.path if filters else None, query_params=params)
+            for params in (query_grid or ({},))]
     return [replace(run, provider=setting) for run in runs] if setting else runs
 
 
@@ -231,13 +232,12 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
     return str(write_parquet(pl.concat(parts), Path(spec.output_dir) / "buried" / f"{provider.name}.parquet"))
 
 
-def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: BenchmarkSpec) -> str:
-    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py)."""
-    import faiss
-
+def filtered_ann_stage(doc_set, query_set, built: list, plan, spec: BenchmarkSpec) -> str:
+    """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py);
+    `plan`: the IndexPlan the indexes were built from (their query parameters)."""
     from tasks.stages.embed import load_vectors
     from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
-    from tasks.stages.index import load_index
+    from tasks.stages.index import IndexSettings, load_index
     from tasks.store.files import write_parquet
 
     config = spec.filter_sweep
@@ -245,12 +245,11 @@ def filtered_ann_stage(doc_set, query_set, built: list, nprobes: tuple, spec: Be
     _, queries = load_vectors(query_set)
     indexes = []
     for b in built:
-        if b.settings.kind == "flat":
+        # Flat is the reference; binary codes take no IDSelector.
+        if b.settings == IndexSettings("flat") or b.settings.is_binary:
             continue
         index = load_index(Path(b.path), expected_dim=documents.shape[1])
-        nlist = faiss.extract_index_ivf(index).nlist
-        probes = sorted({min(n, nlist) for n in nprobes})
-        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, [{"nprobe": n} for n in probes]))
+        indexes.append((b.settings.file_name.removesuffix(".faiss"), index, list(plan.query_grid(b.settings))))
     if config.hnsw is not None:
         indexes.append(stored_hnsw(doc_set, config.hnsw, spec.store_dir))
     table = filtered_fidelity(documents, queries, indexes, tuple(config.selectivities), config.k, tuple(config.kinds),
@@ -289,11 +288,12 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
 def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
                   system_pairs: list | None) -> tuple[dict[str, str], str]:
     from tasks.analysis import ann, breakdown, failures, score, variants
+    from tasks.analysis.setting_columns import labels_table, with_setting_columns
     from tasks.config.measures import default_measures
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
     from tasks.stages.retrieve import write_trec_run
-    from tasks.stages.variants import baselines, settings_table
+    from tasks.stages.variants import baselines, run_settings, settings_table
 
     saved = load_saved_dataset(dataset.path)
     stats = spec.statistics
@@ -335,6 +335,9 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
 
         tables["buried_answers"] = pl.concat([pl.read_parquet(p) for p in buried_paths])
         tables["failures"] = failures_with_buried(tables["failures"], tables["buried_answers"])
+    # Every per-setting row gets its setting's label and query parameters (tasks/config/setting.py).
+    labels = labels_table(run_settings(spec, runs))
+    tables = {name: with_setting_columns(table, labels) for name, table in tables.items()}
     output_dir = Path(spec.output_dir)
     paths = report.write_tables(output_dir, tables)
     write_trec_run(run, output_dir / "runs.trec")
@@ -380,10 +383,11 @@ def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[
     return paths
 
 
-def report_stage(spec: BenchmarkSpec, run_id: str):
+def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
+    """History, regressions and the report; `sections`: the side stages' own report sections."""
     from tasks.reporting.publish import publish
 
-    published = publish(spec, run_id)
+    published = publish(spec, run_id, sections)
     log.info(f"report: {published.html}")
     if published.regressions:
         log.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")

@@ -108,7 +108,7 @@ def test_http_401_inside_the_flow_is_one_line(tmp_path, prefect_home):
 
 def test_check_inputs_names_the_spec_key(tmp_path):
     from tasks.config.spec import load_spec
-    from tasks.stages.dataset import DatasetError
+    from tasks.datasets.errors import DatasetError
     from tasks.stages.prepare import check_inputs
     from tasks.store.integrity import StoreError
 
@@ -132,7 +132,7 @@ def test_expected_failures_and_their_one_line(tmp_path):
     from flows.errors import expected_failure, one_line
     from tasks.providers import create_provider
     from tasks.providers.secrets import resolve_secret
-    from tasks.stages.dataset import DatasetError
+    from tasks.datasets.errors import DatasetError
     from tasks.store.files import write_bytes
 
     def raised(action) -> BaseException:

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.stages.binary_codes import BinarySearch, build_binary_index, sign_codes
+from tasks.indexes.binary_codes import BinarySearch, build_binary_index, sign_codes
 from tasks.stages.index import IndexSettings, build_index, load_index, set_query_params
 from tasks.stages.retrieve import retrieve
 from tasks.stages.sweep import SweepSpec, SyntheticDataset, resolve_grid, run_sweep
@@ -73,7 +73,7 @@ def test_index_files_of_the_new_kinds(tmp_path):
     data = SyntheticDataset(d=12, nb=300, nq=10, seed=1)  # 12 components: binary codes padded to 16 bits
     doc_set, query_set, chunks_path, qrels = data.write(tmp_path)
     vectors = data.documents()
-    built = {s.kind + (s.qtype or ""): build_index(doc_set, s, tmp_path) for s in
+    built = {s.kind + (dict(s.params).get("qtype") or ""): build_index(doc_set, s, tmp_path) for s in
              (IndexSettings("flat"), IndexSettings("sq", qtype="fp16"), IndexSettings("sq", qtype="8bit", train_size=300),
               IndexSettings("binary"))}
     assert built["binary"].size_bytes < 300 * 2 + 200  # two bytes a vector plus the header

@@ -5,15 +5,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.stages.dataset import (
-    CORPUS_SCHEMA,
-    Dataset,
-    DatasetError,
-    content_hash,
-    load_dataset,
-    load_saved_dataset,
-    save_dataset,
-)
+from tasks.datasets.errors import DatasetError
+from tasks.datasets.model import CORPUS_SCHEMA, Dataset
+from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
 from tasks.language import detect_language
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

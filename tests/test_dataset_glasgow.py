@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.stages.dataset import DatasetError, load_dataset
+from tasks.datasets.errors import DatasetError
+from tasks.stages.dataset import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shared data sits next to the main checkout; a worktree is one level deeper, so look upwards.

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tasks.config.spec import SpecError, load_spec
-from tasks.stages.dataset import DatasetError
+from tasks.datasets.errors import DatasetError
 from tasks.stages.filter_fields import check_filter_fields, document_fields
 from tasks.stages.prepare import check_inputs
 from tests.conftest import ROOT

@@ -7,7 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.stages.dataset import DatasetError, load_dataset
+from tasks.datasets.errors import DatasetError
+from tasks.stages.dataset import load_dataset
 from tasks.stages.filtered_ann import filtered_fidelity
 from tasks.stages.filters import filter_groups, filter_report, matches, search_with_filters
 from tasks.stages.sweep import SyntheticDataset

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.config.spec import load_spec
 from tasks.config.stages import STAGES
-from tasks.stages.dataset import DatasetError
+from tasks.datasets.errors import DatasetError
 from tasks.stages.prepare import check_inputs
 from tests.conftest import ROOT
 from tests.test_cli_errors import retbench

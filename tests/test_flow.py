@@ -35,12 +35,14 @@ def test_tables_exist_with_their_columns(sample_runs):
     base, _, _ = sample_runs
     out = base / "out"
     expected = {
-        "summary": ["provider", "index", "nprobe", "measure", "value", "queries"],
-        "per_query": ["provider", "index", "nprobe", "query_id", "measure", "value", "query_language", "category", "split"],
-        "ann_vs_exact": ["provider", "index", "nprobe", "measure", "exact", "approximate", "delta"],
-        "runs": ["query_id", "provider", "index", "nprobe", "rank", "doc_id", "chunk_id", "score"],
+        "summary": ["setting", "params", "provider", "index", "nprobe", "measure", "value", "queries"],
+        "per_query": ["setting", "params", "provider", "index", "nprobe", "query_id", "measure", "value", "query_language",
+                      "category", "split"],
+        "ann_vs_exact": ["setting", "params", "provider", "index", "nprobe", "measure", "exact", "approximate", "delta"],
+        "runs": ["query_id", "setting", "params", "provider", "index", "nprobe", "rank", "doc_id", "chunk_id", "score"],
     }
-    expected["breakdown"] = ["provider", "index", "nprobe", "slice_kind", "slice", "measure", "mean", "ci_low", "ci_high", "n"]
+    expected["breakdown"] = ["setting", "params", "provider", "index", "nprobe", "slice_kind", "slice", "measure", "mean",
+                             "ci_low", "ci_high", "n"]
     for name, columns in expected.items():
         assert pl.read_parquet(out / f"{name}.parquet").columns == columns
     assert (out / "summary.csv").exists() and (out / "runs.trec").exists() and (out / "manifest.parquet").exists()

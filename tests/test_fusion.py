@@ -113,3 +113,25 @@ def test_ties_on_dev_pick_the_smaller_alpha_and_no_dev_query_is_an_error():
     assert choice.alpha == 0.0 and choice.test_score is None
     with pytest.raises(ValueError, match="no judged dev query"):
         choose_alpha(A, B, qrels, queries.with_columns(split=pl.lit("test")))
+
+
+def test_rrf_of_three_runs_equals_ranx():
+    from ranx import Run, fuse
+
+    c = run("c", [("q1", "d4", 5.0), ("q1", "d3", 4.0), ("q1", "d1", 1.0), ("q2", "d7", 1.0), ("q2", "d5", 0.2)])
+    a = pl.concat([A, run("a", [("q2", "d5", 1.0), ("q2", "d6", 0.5)])])
+    b = pl.concat([B, run("b", [("q2", "d6", 3.0)])])
+    fused = reciprocal_rank_fusion(a, b, c, k=60, name="three")
+    as_ranx = [Run({q: dict(zip(g["doc_id"], g["score"])) for (q,), g in r.group_by("query_id")}) for r in (a, b, c)]
+    expected = fuse(runs=as_ranx, method="rrf", params={"k": 60}).to_dict()
+    got = {(q, d): s for q, d, s in fused.select("query_id", "doc_id", "score").rows()}
+    assert set(got) == {(q, d) for q, docs in expected.items() for d in docs}
+    for (q, d), value in got.items():
+        assert value == pytest.approx(expected[q][d], rel=1e-12)
+    # ties (d2 and d4 on q1) in trec order: doc id descending
+    assert fused.filter(pl.col("query_id") == "q1")["doc_id"].to_list() == ["d4", "d2", "d1", "d3"]
+    # the chunk that stands for a document is that of the first run holding it
+    assert dict(zip(fused["doc_id"], fused["chunk_id"]))["d7"] == "d7#c"
+    assert dict(zip(fused["doc_id"], fused["chunk_id"]))["d4"] == "d4#b"
+    # two runs give what the two-run form always gave
+    assert reciprocal_rank_fusion(a, b, k=60).equals(reciprocal_rank_fusion(*[a, b], k=60))

@@ -6,7 +6,8 @@ import polars as pl
 import pytest
 
 from flows import hard_negatives_command
-from tasks.stages.dataset import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset, save_dataset
+from tasks.datasets.model import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
+from tasks.stages.dataset import save_dataset
 from tasks.analysis.hard_negatives import (
     HeldOutSplitError,
     hard_negative_pairs,

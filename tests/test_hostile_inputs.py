@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tasks.stages.dataset import DatasetError, load_dataset
+from tasks.datasets.errors import DatasetError
+from tasks.stages.dataset import load_dataset
 from tasks.config.spec import SpecError, load_spec
 from tasks.analysis.trec import read_qrels, read_run
 from tests import crash_worker

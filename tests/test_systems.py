@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from tasks.config.systems import (
-    FusionSpec, LexicalSpec, RerankerSpec, SystemSpec, check_references, first_stage_names,
+    FusionSpec, LexicalSpec, RerankerSpec, SystemSpec, check_references, first_stage_names, system_order,
 )
 
 
@@ -60,3 +60,47 @@ def test_unknown_references_are_named_by_key_path():
         "systems[2].rerank: unknown reranker 'cohere' (known: ce)",
     ]
     assert check_references(systems[:1], known, ["ce"]) == []
+
+
+def test_systems_may_read_other_systems_in_any_order_and_fuse_more_than_two():
+    known = first_stage_names(["e5", "minilm"], ["flat"], [LexicalSpec(name="plain")])
+    systems = [SystemSpec(name="reranked-hybrid", first="hybrid", rerank="ce"),
+               SystemSpec(name="hybrid", first="bm25:plain", second="e5/flat"),
+               SystemSpec(name="three", inputs=["bm25:plain", "e5/flat", "minilm/flat"]),
+               SystemSpec(name="fused-systems", inputs=["three", "reranked-hybrid"])]
+    assert check_references(systems, known, ["ce"]) == []
+    assert [s.name for s in system_order(systems)] == ["hybrid", "three", "reranked-hybrid", "fused-systems"]
+    assert systems[2].fusion == FusionSpec() and systems[2].fused == ["bm25:plain", "e5/flat", "minilm/flat"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"inputs": ["a/flat"]}, "fuses two or more stages"),
+    ({"inputs": ["a/flat", "b/flat", "a/flat"]}, "names 'a/flat' more than once"),
+    ({"inputs": ["a/flat", "b/flat"], "first": "c/flat"}, "either `inputs` or `first`"),
+    ({}, "needs a `first` stage"),
+])
+def test_the_inputs_form_refuses(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        SystemSpec(name="s", **fields)
+
+
+def test_score_fusion_of_three_stages_is_refused_with_its_key_path():
+    three = SystemSpec(name="three", inputs=["e5/flat", "minilm/flat", "bm25:plain"], fusion={"method": "score"})
+    assert check_references([three], ["e5/flat", "minilm/flat", "bm25:plain"]) == [
+        "systems[0].fusion.method: score fusion weighs exactly 2 stages with alpha (got 3); use method: rrf to fuse more"]
+
+
+@pytest.mark.parametrize("systems, cycles", [
+    ([SystemSpec(name="a", first="a", rerank="ce")],
+     ["systems[0]: system 'a' is built on itself through a -> a"]),
+    ([SystemSpec(name="x", first="e5/flat"), SystemSpec(name="b", first="a", rerank="ce"),
+      SystemSpec(name="a", first="b", second="e5/flat")],
+     ["systems[1]: system 'b' is built on itself through b -> a -> b"]),
+    ([SystemSpec(name="c", first="a", rerank="ce"), SystemSpec(name="a", inputs=["b", "e5/flat"]),
+      SystemSpec(name="b", first="c", rerank="ce"), SystemSpec(name="d", first="c", rerank="ce")],
+     ["systems[0]: system 'c' is built on itself through c -> a -> b -> c"]),
+])
+def test_cycles_are_refused_naming_the_cycle(systems, cycles):
+    assert check_references(systems, ["e5/flat"], ["ce"]) == cycles
+    with pytest.raises(ValueError, match="cycle"):
+        system_order(systems)

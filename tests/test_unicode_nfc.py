@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tasks.providers import create_provider
-from tasks.stages.dataset import DatasetError, content_hash, load_dataset
+from tasks.datasets.errors import DatasetError
+from tasks.stages.dataset import content_hash, load_dataset
 from tasks.stages.embed import embed_texts
 
 CORPUS = [("d1", "Café crème brûlée, the classic French dessert"), ("d2", "A naïve résumé gets few interviews"),

@@ -1,7 +1,7 @@
-"""Hybrid runs: reciprocal rank fusion and normalised score fusion of two run frames (RUN_SCHEMA),
-and the choice of the score-fusion weight on the dev split only, reported on test.
+"""Hybrid runs: reciprocal rank fusion of two or more run frames (RUN_SCHEMA), normalised score
+fusion of two, and the choice of the score-fusion weight on the dev split only, reported on test.
 
-Both fuse per query over the union of the two runs' documents. RRF gives a document
+Both fuse per query over the union of the runs' documents. RRF gives a document
 1 / (k + rank) for each run that holds it (nothing for a run that does not: Cormack et al. 2009).
 Score fusion gives alpha * a + (1 - alpha) * b on per-query normalised scores; a document missing
 from one run gets that run's floor for the query (its lowest normalised score; 0 when the run has
@@ -50,14 +50,25 @@ def _union(a: pl.DataFrame, b: pl.DataFrame, value: str) -> pl.DataFrame:
     return joined.with_columns(chunk_id=pl.coalesce("chunk_id", "chunk_b")).drop("chunk_b")
 
 
-def reciprocal_rank_fusion(a: pl.DataFrame, b: pl.DataFrame, *, k: int = 60, name: str = "rrf",
+def reciprocal_rank_fusion(a: pl.DataFrame, b: pl.DataFrame, *more: pl.DataFrame, k: int = 60, name: str = "rrf",
                            depth: int | None = None) -> pl.DataFrame:
-    """RRF of two runs: score = sum over runs holding the document of 1 / (k + rank)."""
+    """RRF of two or more runs: score = sum over runs holding the document of 1 / (k + rank),
+    added in the order the runs are given."""
     if k < 1:
         raise ValueError(f"RRF k must be >= 1 (got {k})")
-    ra = _ranked(a, "a").with_columns(rrf=1.0 / (k + pl.col("rank")))
-    rb = _ranked(b, "b").with_columns(rrf=1.0 / (k + pl.col("rank")))
-    fused = _union(ra, rb, "rrf").with_columns(score=pl.col("a").fill_null(0.0) + pl.col("b").fill_null(0.0))
+    runs = [a, b, *more]
+    what = ["a", "b"] + [f"#{i}" for i in range(3, len(runs) + 1)]
+    ranked = [_ranked(run, label).with_columns(rrf=1.0 / (k + pl.col("rank"))) for run, label in zip(runs, what)]
+    fused = _union(ranked[0], ranked[1], "rrf").rename({"a": "rrf0", "b": "rrf1"})
+    for i, run in enumerate(ranked[2:], start=2):
+        # The chunk that stands for the document: that of the first run holding it.
+        fused = fused.join(run.select("query_id", "doc_id", pl.col("chunk_id").alias("chunk_next"), pl.col("rrf").alias(f"rrf{i}")),
+                           on=["query_id", "doc_id"], how="full", coalesce=True)
+        fused = fused.with_columns(chunk_id=pl.coalesce("chunk_id", "chunk_next")).drop("chunk_next")
+    score = pl.col("rrf0").fill_null(0.0)
+    for i in range(1, len(ranked)):
+        score = score + pl.col(f"rrf{i}").fill_null(0.0)
+    fused = fused.with_columns(score=score)
     return _as_run(fused.select("query_id", "doc_id", "chunk_id", "score"), name, f"rrf-k{k}", depth)
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 import polars as pl
 
 from tasks.analysis.runs import trec_order
 from tasks.datasets.document_text import document_text
+from tasks.datasets.model import Dataset
 from tasks.store.files import write_text
 
 TRAIN_SPLIT = "dev"
@@ -35,25 +35,11 @@ PAIR_SCHEMA = {
 }
 
 
-class JudgedCollection(Protocol):
-    """What mining reads of a dataset: its three tables (a loaded Dataset is one). A protocol, so
-    this module needs nothing from the stage that loads datasets."""
-
-    @property
-    def corpus(self) -> pl.DataFrame: ...  # doc_id, title, text
-
-    @property
-    def queries(self) -> pl.DataFrame: ...  # query_id, text, split
-
-    @property
-    def qrels(self) -> pl.DataFrame: ...  # query_id, doc_id, grade
-
-
 class HeldOutSplitError(ValueError):
     """Hard negatives were asked for from the held-out test split."""
 
 
-def hard_negative_pairs(run: pl.DataFrame, dataset: JudgedCollection, provider: str, index: str = "flat",
+def hard_negative_pairs(run: pl.DataFrame, dataset: Dataset, provider: str, index: str = "flat",
                         nprobe: int | None = None, max_per_query: int = 5, split: str = TRAIN_SPLIT,
                         query_ids: Sequence[str] | None = None, relevance_level: int = 1,
                         include_unretrieved: bool = True) -> pl.DataFrame:
@@ -128,7 +114,7 @@ def hard_negative_pairs(run: pl.DataFrame, dataset: JudgedCollection, provider: 
     return pairs.select(list(PAIR_SCHEMA)).cast(PAIR_SCHEMA)
 
 
-def hard_negative_triples(run: pl.DataFrame, dataset: JudgedCollection, provider: str, index: str = "flat",
+def hard_negative_triples(run: pl.DataFrame, dataset: Dataset, provider: str, index: str = "flat",
                           max_per_query: int = 5, **options) -> list[dict]:
     """[{"anchor": query, "positive": document, "negative": document}, ...] from the dev split;
     `options` go to hard_negative_pairs (nprobe, split, query_ids, relevance_level, include_unretrieved)."""

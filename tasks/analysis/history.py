@@ -63,9 +63,10 @@ def _scan(store: str | Path, table: str, run_id: str | None = None) -> pl.LazyFr
     if not files:
         return None
     # One scan per run file, cast to the stamp types: files written before the stamp was
-    # typed hold git_commit as a Null column, which a single multi-file scan refuses.
+    # typed hold git_commit as a Null column, which a single multi-file scan refuses. Files
+    # written before the `setting` and `params` columns lack them (null there).
     return pl.concat([pl.scan_parquet(f).with_columns(pl.col(c).cast(t) for c, t in STAMP_TYPES.items())
-                      for f in files], how="vertical_relaxed")
+                      for f in files], how="diagonal_relaxed")
 
 
 def load_summary_history(store: str | Path, spec_name: str) -> pl.DataFrame:

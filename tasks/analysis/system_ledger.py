@@ -14,6 +14,7 @@ import polars as pl
 from tasks.analysis.rerank_cost import rerank_cost_row, rerank_cost_table
 
 SYSTEMS_SCHEMA = {
+    "setting": pl.String, "params": pl.String,  # the system's label and query parameters (tasks/config/setting.py)
     "system": pl.String, "kind": pl.String, "index": pl.String, "first": pl.String, "second": pl.String,
     "reranker": pl.String, "top_n": pl.Int64, "alpha": pl.Float64,
     "first_stage_p50_ms": pl.Float64, "first_stage_p95_ms": pl.Float64,
@@ -60,7 +61,8 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
             added50 = added95 = facts["search_seconds"] / queries * 1000  # a mean: the search is batched
             usd = 0.0
         total = None if p95 is None and added95 is None else (p95 or 0.0) + (added95 or 0.0)
-        rows.append({"system": s.system, "kind": s.kind, "index": s.index, "first": _name(s.first),
+        rows.append({"setting": s.setting.label if s.setting else s.system,
+                     "params": s.setting.params_json if s.setting else "{}", "system": s.system, "kind": s.kind, "index": s.index, "first": _name(s.first),
                      "second": _name(s.second), "reranker": facts.get("reranker"), "top_n": facts.get("top_n"),
                      "alpha": facts.get("alpha"), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
                      "added_p50_ms": added50, "added_p95_ms": added95, "total_p95_ms_upper_bound": total,

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, field_validator,
+                      model_validator)
 
-from tasks.config.measurement import LatencySpec, PricingSpec
+from tasks.config.measurement import PricingSpec
 from tasks.config.measures import default_measures
+from tasks.config.sections import SpecSection, spec_sections
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
-from tasks.config.sweep import SweepSpec
 from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
-from tasks.config.variants import DEFAULT_CHUNKING, FilterSweepSpec, QueriesSpec, repeated_names, resolve_rewrite_files
+from tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
 from tasks.store.files import stable_hash
 
 
@@ -31,7 +32,7 @@ class _Strict(BaseModel):
 
 class DatasetSpec(_Strict):
     path: Path
-    format: Literal["jsonl", "beir", "cranfield", "xquad", "glasgow"] = "jsonl"
+    format: str = Field("jsonl", description="a format registered in tasks/datasets (jsonl, beir, cranfield, xquad, glasgow, ...)")
     split: Literal["dev", "test", "all"] = "dev"
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
@@ -39,6 +40,15 @@ class DatasetSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
     metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
                                               "query filters may use; checked against the files before any work")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from tasks.datasets import known_formats
+
+        if value not in known_formats():
+            raise ValueError(f"unknown dataset format {value!r} (known: {', '.join(known_formats())})")
+        return value
 
     @model_validator(mode="after")
     def _metadata_fields_need_filters(self):
@@ -96,7 +106,14 @@ class IVFSpec(_Strict):
         return sorted(set(values))
 
 
-class IndexesSpec(_Strict):
+class IndexesSpec(BaseModel):
+    """`indexes:` flat (always) and IVF as before; any other registered index kind (tasks/indexes)
+    by its name: `hnsw: {M: 32, ef_construction: 40, ef_search: [64]}`, its build parameters and
+    its query parameter as a list, checked against what the kind declares (`true`: its defaults;
+    null or false: off)."""
+
+    model_config = ConfigDict(extra="allow")
+
     flat: bool = True
     ivf: IVFSpec | None = Field(default_factory=IVFSpec)
 
@@ -104,7 +121,23 @@ class IndexesSpec(_Strict):
     def _flat_needed(self):
         if not self.flat:
             raise ValueError("indexes.flat cannot be false: exact search is the reference every ANN index is measured against")
+        from tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
+
+        for name, entry in (self.model_extra or {}).items():
+            where = f"indexes.{name}"
+            if name not in known_kinds():
+                raise ValueError(f"{where}: unknown index kind (known: {', '.join(known_kinds())})")
+            if entry is None or entry is False:
+                continue
+            if entry is not True and not isinstance(entry, dict):
+                raise ValueError(f"{where}: expected a mapping of the kind's parameters, true or null (got {entry!r})")
+            index_kind(name).check_entry({} if entry is True else entry, where)
         return self
+
+    def other_kinds(self) -> dict[str, dict]:
+        """kind -> its entry, for the kinds besides flat and ivf that are switched on."""
+        return {name: ({} if entry is True else dict(entry)) for name, entry in (self.model_extra or {}).items()
+                if entry is not None and entry is not False}
 
 
 class StatisticsSpec(_Strict):
@@ -131,7 +164,10 @@ class ReportSpec(_Strict):
     primary_measure: str = Field("ndcg@10", description="the measure the verdict ranks settings by (one the run scores)")
 
 
-class BenchmarkSpec(_Strict):
+class _BenchmarkSpecBase(_Strict):
+    """The spec's keys but the side stages' sections (tasks/config/sections/), which
+    `spec_model` adds to make `BenchmarkSpec`."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
     chunking: Annotated[Union[Annotated[ChunkingSpec, Tag(_ONE)], Annotated[list[ChunkingVariantSpec], Tag(_MANY)]],
@@ -151,10 +187,7 @@ class BenchmarkSpec(_Strict):
     lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")
     rerankers: list[RerankerSpec] = Field(default_factory=list)
     systems: list[SystemSpec] = Field(default_factory=list, description="first stage [+ second, fused] [+ reranker]")
-    latency: LatencySpec | None = Field(None, description="latency profile by batch size (off unless set: it costs time and, on paid APIs, money)")
-    sweep: SweepSpec | None = Field(None, description="ANN sweep grid (IVF, HNSW, IVF-PQ) against exact search")
     report: ReportSpec = Field(default_factory=ReportSpec)
-    filter_sweep: FilterSweepSpec | None = Field(None, description="filtered IVF vs filtered exact search at chosen selectivities")
 
     @field_validator("k")
     @classmethod
@@ -196,6 +229,17 @@ class BenchmarkSpec(_Strict):
 
     def content_hash(self) -> str:
         return stable_hash(self.model_dump(mode="json"))
+
+
+def spec_model(extra: tuple[SpecSection, ...] = ()) -> type[_BenchmarkSpecBase]:
+    """The spec model: the base keys plus one optional key per section of tasks/config/sections/
+    (and `extra`, for a test's own section)."""
+    sections = spec_sections() + list(extra)
+    return create_model("BenchmarkSpec", __base__=_BenchmarkSpecBase, __module__=__name__,
+                        **{s.name: (s.model | None, Field(None, description=s.description)) for s in sections})
+
+
+BenchmarkSpec = spec_model()
 
 
 def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
@@ -289,6 +333,10 @@ def _describe(error: ValidationError) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        # A check of a whole section that names a deeper key (indexes.hnsw.M: ...) is said at that key.
+        deeper = re.match(rf"Value error, ({re.escape(where)}(?:\.[\w-]+)+): (.*)", message, re.S)
+        if deeper:
+            where, message = deeper.groups()
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
 

@@ -84,9 +84,13 @@ class BinaryGrid(_Strict):
         return sorted(set(values))
 
 
-class SweepSpec(_Strict):
+class SweepSpec(BaseModel):
     """`sweep:` in the benchmark spec. A family set to null is skipped; a null list inside one is
-    derived from the number of vectors (and the dimension) at run time."""
+    derived from the number of vectors (and the dimension) at run time. Any other registered
+    index kind (tasks/indexes) may be swept by its name: a mapping of its build parameters to
+    lists of values (every combination is built) and its query parameter to a list."""
+
+    model_config = ConfigDict(extra="allow")
 
     ivf: IVFGrid | None = Field(default_factory=IVFGrid)
     hnsw: HNSWGrid | None = Field(default_factory=HNSWGrid)
@@ -116,7 +120,32 @@ class SweepSpec(_Strict):
     def _depth_covers_k(self):
         if self.depth < self.k:
             raise ValueError(f"depth ({self.depth}) must be at least k ({self.k})")
+        from tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
+
+        for name, section in (self.model_extra or {}).items():
+            where = f"sweep.{name}"
+            if name not in known_kinds():
+                raise ValueError(f"{where}: unknown key (expected a field of `sweep` or an index kind: "
+                                 f"{', '.join(known_kinds())})")
+            if section is None:
+                continue
+            if not isinstance(section, dict):
+                raise ValueError(f"{where}: expected a mapping of the kind's parameters to lists, or null (got {section!r})")
+            kind = index_kind(name)
+            for key, values in section.items():
+                if not isinstance(values, list) or not values:
+                    raise ValueError(f"{where}.{key}: expected a non-empty list (got {values!r})")
+                for value in values:
+                    kind.check_entry({key: [value] if key == kind.query_parameter else value}, where)
         return self
+
+    def index_sections(self) -> list[tuple[str, object]]:
+        """(index kind, its grid section) for every kind swept, in the spec's order: the
+        built-in families, then the other kinds named."""
+        built_in = [(name, getattr(self, name)) for name in type(self).model_fields
+                    if isinstance(getattr(self, name), BaseModel)]
+        others = [(name, section) for name, section in (self.model_extra or {}).items() if section is not None]
+        return built_in + others
 
     def measures(self) -> list[str]:
         names = [f"recall@{self.k}", "mrr", f"ndcg@{self.k}"]

@@ -1,4 +1,4 @@
-"""Spec models for retrieval systems: BM25 first stages, fusion of two first stages, rerankers,
+"""Spec models for retrieval systems: BM25 first stages, fusion of two or more stages, rerankers,
 and `systems:` entries that compose them; `check_references` names every dangling reference."""
 from __future__ import annotations
 
@@ -106,46 +106,134 @@ class RerankerSpec(_Strict):
 
 
 class SystemSpec(_Strict):
-    """One retrieval system: a first stage (a dense `<provider>/<index>` or `bm25:<name>`), optionally
-    fused with a `second` first stage, optionally reranked."""
+    """One retrieval system: a first stage (a dense `<provider>/<index>`, `bm25:<name>` or the name
+    of another system), optionally fused with a `second` one (or `inputs: [a, b, c]`: a fusion of
+    two or more), optionally reranked."""
 
     name: str = Field(pattern=_NAME, max_length=64)
-    first: str
+    first: str | None = None
     second: str | None = None
+    inputs: list[str] | None = Field(None, description="two or more stages fused (instead of first/second)")
     fusion: FusionSpec | None = None
     rerank: str | None = Field(None, description="the name of an entry in `rerankers:`")
     top_n: int = Field(100, ge=1, description="first-stage documents the reranker re-scores")
 
     @model_validator(mode="after")
     def _fusion_needs_two(self):
-        if self.second is not None and self.fusion is None:
+        if self.inputs is not None:
+            if self.first is not None or self.second is not None:
+                raise ValueError(f"system {self.name!r}: give either `inputs` or `first` [+ `second`], not both")
+            if len(self.inputs) < 2:
+                raise ValueError(f"system {self.name!r}: `inputs` fuses two or more stages (got {len(self.inputs)})")
+            repeated = sorted({i for i in self.inputs if self.inputs.count(i) > 1})
+            if repeated:
+                raise ValueError(f"system {self.name!r}: `inputs` names {', '.join(map(repr, repeated))} more than once")
+        elif self.first is None:
+            raise ValueError(f"system {self.name!r}: needs a `first` stage (or `inputs` to fuse)")
+        fused = self.second is not None or self.inputs is not None
+        if fused and self.fusion is None:
             object.__setattr__(self, "fusion", FusionSpec())  # two first stages: RRF unless told otherwise
-        if self.fusion is not None and self.second is None:
+        if self.fusion is not None and not fused:
             raise ValueError(f"system {self.name!r}: fusion needs a `second` first stage")
         if self.second is not None and self.second == self.first:
             raise ValueError(f"system {self.name!r}: first and second are the same stage {self.first!r}")
         return self
 
+    @property
+    def references(self) -> list[tuple[str, str]]:
+        """(key, reference) of every stage this system reads: `first`/`second` or `inputs[i]`."""
+        if self.inputs is not None:
+            return [(f"inputs[{i}]", reference) for i, reference in enumerate(self.inputs)]
+        return [(key, reference) for key, reference in (("first", self.first), ("second", self.second)) if reference is not None]
+
+    @property
+    def fused(self) -> list[str]:
+        """The stages fused, in order; empty when the system fuses nothing."""
+        return [reference for _, reference in self.references] if self.fusion is not None else []
+
 
 def check_references(systems: list[SystemSpec], known_first_stages: list[str] | set[str],
                      known_rerankers: list[str] | set[str] = (), *, root: str = "systems") -> list[str]:
-    """Errors naming the key path of every unknown first stage or reranker and of repeated names,
-    e.g. "systems[0].first: unknown first stage 'e5/flatt' (known: bm25:plain, e5/flat)"."""
+    """Errors naming the key path of every unknown first stage or reranker, of repeated names, of
+    score fusion over other than two stages and of systems built on themselves, e.g.
+    "systems[0].first: unknown first stage 'e5/flatt' (known: bm25:plain, e5/flat)".
+    A stage may also be the name of another system."""
     known = sorted(set(known_first_stages))
     rerankers = sorted(set(known_rerankers))
+    names = {system.name for system in systems}
     errors: list[str] = []
     seen: dict[str, int] = {}
     for i, system in enumerate(systems):
         if system.name in seen:
             errors.append(f"{root}[{i}].name: {system.name!r} repeats {root}[{seen[system.name]}].name")
         seen.setdefault(system.name, i)
-        for field in ("first", "second"):
-            reference = getattr(system, field)
-            if reference is not None and reference not in known:
+        for field, reference in system.references:
+            if reference not in known and reference not in names:
                 errors.append(f"{root}[{i}].{field}: unknown first stage {reference!r} (known: {', '.join(known) or 'none'})")
+        if system.fusion is not None and system.fusion.method == "score" and len(system.fused) != 2:
+            errors.append(f"{root}[{i}].fusion.method: score fusion weighs exactly 2 stages with alpha "
+                          f"(got {len(system.fused)}); use method: rrf to fuse more")
         if system.rerank is not None and system.rerank not in rerankers:
             errors.append(f"{root}[{i}].rerank: unknown reranker {system.rerank!r} (known: {', '.join(rerankers) or 'none'})")
+    return errors + cycle_errors(systems, root=root)
+
+
+def _uses(systems: list[SystemSpec]) -> dict[str, list[str]]:
+    """System name -> the systems it reads (references to first stages left out)."""
+    names = {system.name for system in systems}
+    return {system.name: [r for _, r in system.references if r in names] for system in systems}
+
+
+def cycle_errors(systems: list[SystemSpec], *, root: str = "systems") -> list[str]:
+    """One error per cycle of systems built on each other, naming it: "systems[0]: 'a' is built
+    on itself through a -> b -> a"."""
+    uses = _uses(systems)
+    position = {system.name: i for i, system in reversed(list(enumerate(systems)))}
+    errors, reported = [], set()
+    for start in uses:
+        path = _cycle_from(start, uses)
+        if path is None or frozenset(path) in reported:
+            continue
+        reported.add(frozenset(path))
+        first = min(path, key=position.get)  # the cycle named from its earliest entry in the spec
+        turn = path.index(first)
+        ring = path[turn:] + path[:turn] + [first]
+        errors.append(f"{root}[{position[first]}]: system {first!r} is built on itself through {' -> '.join(ring)}")
     return errors
+
+
+def _cycle_from(start: str, uses: dict[str, list[str]]) -> list[str] | None:
+    """The systems of a cycle through `start` (in order, without repeating `start`), or None."""
+    stack = [(start, [start])]
+    visited = set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in uses.get(node, []):
+            if nxt == start:
+                return path
+            if nxt not in visited:
+                visited.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def system_order(systems: list[SystemSpec]) -> list[SystemSpec]:
+    """The systems with every system after those it reads (spec order otherwise): the order to
+    build them in. Refuses a cycle (check_references names it at spec load)."""
+    uses = _uses(systems)
+    by_name = {system.name: system for system in systems}
+    ordered: list[SystemSpec] = []
+    placed: set[str] = set()
+    remaining = [system.name for system in systems]
+    while remaining:
+        ready = [name for name in remaining if all(u in placed for u in uses[name])]
+        if not ready:
+            raise ValueError("systems built on each other in a cycle: " + "; ".join(cycle_errors(systems)))
+        for name in ready:
+            ordered.append(by_name[name])
+            placed.add(name)
+        remaining = [name for name in remaining if name not in placed]
+    return ordered
 
 
 def first_stage_names(providers: list[str], dense_indexes: list[str], lexical: list[LexicalSpec]) -> list[str]:

@@ -12,6 +12,7 @@ import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
 import polars as pl
 
@@ -138,6 +139,12 @@ class Section:
     heading: str
     anchor: str
     blocks: list = field(default_factory=list)  # ("p", text) ("html_p", escaped html) ("table", frame) ("figure", png, caption) ("raw", html, md)
+
+    def paragraph(self, text: str) -> None:
+        _p(self, text)
+
+    def table(self, frame: pl.DataFrame, **kw) -> None:
+        _table(self, frame, **kw)
 
 
 def _p(section: Section, text: str) -> None:
@@ -494,21 +501,62 @@ def unjudged_section(output_dir: Path) -> Section | None:
     return section
 
 
+@dataclass(frozen=True)
+class ReportInputs:
+    """What a section builder reads besides the tables in `output_dir`."""
+
+    output_dir: Path
+    measure: str
+    verdict: Verdict
+    trend: pl.DataFrame | None = None
+    regressions: pl.DataFrame | None = None
+    texts: pl.DataFrame | None = None
+
+
+# The report's own sections in page order, by name; a side stage's section (tasks/stage_list.py)
+# is placed after one of these names. A builder returns a Section, a list of them, or None.
+SECTIONS = (
+    ("verdict", lambda r: verdict_section(r.verdict)),
+    ("tradeoffs", lambda r: tradeoff_section(r.verdict, r.output_dir, r.measure)),
+    ("regressions", lambda r: regressions_section(r.regressions)),
+    ("failures", lambda r: failures_section(r.output_dir, r.verdict, r.texts)),
+    ("unjudged", lambda r: unjudged_section(r.output_dir)),
+    ("slices", lambda r: slices_section(r.output_dir, r.verdict)),
+    ("ann", lambda r: ann_section(r.output_dir, r.measure)),
+    ("cheaper", lambda r: cheaper_section(r.output_dir, r.measure)),
+    ("tables", lambda r: tables_section(r.output_dir)),
+    ("trend", lambda r: trend_section(r.trend, r.measure)),
+    ("variants", lambda r: variant_sections(r.output_dir, r.measure)),
+    ("finetune", lambda r: finetune_section(r.output_dir, r.measure, Section, _p, _table)),
+)
+
+
+def section_builders(extra: Sequence[tuple[str, Callable]] = ()) -> list[Callable]:
+    """SECTIONS' builders with each (after, builder) of `extra` placed after the section named
+    `after` (behind the extras placed there before it)."""
+    names = [name for name, _ in SECTIONS]
+    unknown = sorted({after for after, _ in extra if after not in names})
+    if unknown:
+        raise ValueError(f"report sections placed after unknown section(s) {unknown} (expected one of {', '.join(names)})")
+    return [b for name, build in SECTIONS for b in (build, *(x for after, x in extra if after == name))]
+
+
 def build_report(output_dir: str | Path, title: str, trend: pl.DataFrame | None = None,
                  regressions: pl.DataFrame | None = None, measure: str = "ndcg@10",
-                 texts: pl.DataFrame | None = None, verdict: Verdict | None = None) -> tuple[Path, Path]:
+                 texts: pl.DataFrame | None = None, verdict: Verdict | None = None,
+                 extra_sections: Sequence[tuple[str, Callable]] = ()) -> tuple[Path, Path]:
     """Write report.html and report.md from the tables in `output_dir`; returns both paths.
 
-    `texts` (chunk_id, title, text) gives the failures their titles and snippets.
+    `texts` (chunk_id, title, text) gives the failures their titles and snippets; `extra_sections`
+    are the side stages' (after, builder) pairs (see `section_builders`).
     """
     output_dir = Path(output_dir)
     verdict = verdict if verdict is not None else decide(output_dir, measure)
-    sections = [verdict_section(verdict), tradeoff_section(verdict, output_dir, measure),
-                regressions_section(regressions), failures_section(output_dir, verdict, texts), unjudged_section(output_dir),
-                slices_section(output_dir, verdict), ann_section(output_dir, measure), cheaper_section(output_dir, measure),
-                tables_section(output_dir),
-                trend_section(trend, measure), *variant_sections(output_dir, measure),
-                finetune_section(output_dir, measure, Section, _p, _table)]
+    inputs = ReportInputs(output_dir, measure, verdict, trend, regressions, texts)
+    sections = []
+    for build in section_builders(extra_sections):
+        made = build(inputs)
+        sections += made if isinstance(made, list) else [made]
     sections = [s for s in sections if s is not None]
     meta = _meta(output_dir)
     html_path = write_text(output_dir / "report.html", render_html(title, meta, sections))

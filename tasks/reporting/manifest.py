@@ -40,9 +40,9 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
             "embedded": sum(e.embedded for e in embeddings),
             "from_cache": sum(e.from_cache for e in embeddings),
         },
-        "indexes": [{**asdict(i), "settings": asdict(i.settings), "built": i.computed} for i in indexes],
+        "indexes": [{**asdict(i), "settings": i.settings.to_dict(), "built": i.computed} for i in indexes],
         "index_notes": list(index_notes),
-        "systems": [asdict(s) for s in systems],
+        "systems": [{**asdict(s), "setting": s.setting.label if s.setting else None} for s in systems],
         "retrieval": [asdict(r) for r in runs],
         "work": work_done(dataset, chunks, embeddings, indexes, runs),
         "stage_seconds": {

@@ -26,7 +26,9 @@ class Published:
     verdict: str = ""  # the verdict paragraph and table, Markdown
 
 
-def publish(spec: BenchmarkSpec, run_id: str) -> Published:
+def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Published:
+    """History, regressions and the report; `extra_sections`: the side stages' report sections
+    as (after, builder) pairs (tasks/reporting/html.py `section_builders`)."""
     output_dir = Path(spec.output_dir)
     manifest = json.loads((output_dir / "manifest.json").read_text())
     per_query = pl.read_parquet(output_dir / "per_query.parquet")
@@ -46,6 +48,10 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
         checks.append(history.regressions(per_query, reference, "baseline", baseline, settings.measures))
     checks = [c for c in checks if not c.is_empty()]
     found = pl.concat(checks) if checks else None
+    if found is not None and "setting" in per_query.columns:
+        from tasks.analysis.setting_columns import with_setting_columns
+
+        found = with_setting_columns(found, per_query.select("setting", "params", "provider", "index", "nprobe").unique())
     regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
 
     if settings.enabled:
@@ -55,7 +61,8 @@ def publish(spec: BenchmarkSpec, run_id: str) -> Published:
     verdict = decide(output_dir, measure)
     with figures.cached_in(store):
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
-                                          measure=measure, texts=report_texts(manifest), verdict=verdict)
+                                          measure=measure, texts=report_texts(manifest), verdict=verdict,
+                                          extra_sections=extra_sections)
     return Published(
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,

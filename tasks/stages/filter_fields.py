@@ -13,7 +13,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.stages.dataset import DatasetError, known_fields, parse_filter
+from tasks.datasets.errors import DatasetError
+from tasks.datasets.metadata import known_fields, parse_filter
 
 
 def _objects(path: Path, marker: bytes) -> Iterator[tuple[int, dict]]:

@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 import polars as pl
 
-from tasks.stages.filters import search_parameters
+from tasks.indexes import kind_of_index
 from tasks.stages.sweep import bootstrap_ci, exact_scores_of, neighbour_recall
 
 FILTER_KINDS = ("random", "correlated")
@@ -51,14 +51,7 @@ def allowed_rows(documents: np.ndarray, selectivity: float, kind: str, seed: int
 
 
 def _params(index: faiss.Index, setting: dict, selector=None):
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexIVF):
-        return faiss.SearchParametersIVF(sel=selector, nprobe=setting["nprobe"]) if selector else \
-            faiss.SearchParametersIVF(nprobe=setting["nprobe"])
-    if isinstance(inner, faiss.IndexHNSW):
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=setting["efSearch"]) if selector else \
-            faiss.SearchParametersHNSW(efSearch=setting["efSearch"])
-    return search_parameters(index, selector) if selector else None
+    return kind_of_index(index).search_parameters(index, setting, selector)
 
 
 def stored_hnsw(doc_set, config, store) -> tuple[str, faiss.Index, list[dict]]:

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from tasks.indexes import kind_of_index
 from tasks.stages.maxp import search_documents
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash
@@ -102,21 +103,22 @@ def filter_report(groups: pl.DataFrame, qrels: pl.DataFrame, documents: int, rel
 
 def search_parameters(index: faiss.Index, selector: faiss.IDSelector, nprobe: int | None = None,
                       ef_search: int | None = None) -> faiss.SearchParameters:
-    """SearchParameters carrying the selector, of the kind the index takes (IVF keeps its nprobe)."""
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexIVF):
-        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe or inner.nprobe)
-    if isinstance(inner, faiss.IndexHNSW):
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=ef_search or inner.hnsw.efSearch)
-    return faiss.SearchParameters(sel=selector)
+    """SearchParameters carrying the selector, of the kind the index takes (IVF keeps its nprobe),
+    as the index's kind (tasks/indexes) makes them."""
+    query_params = {k: v for k, v in (("nprobe", nprobe), ("ef_search", ef_search)) if v}
+    return kind_of_index(index).search_parameters(index, query_params, selector)
 
 
 class Restricted:
-    """An index seen through a selector: what search_documents needs (search, ntotal)."""
+    """An index seen through a selector: what search_documents needs (search, ntotal).
+    `search_parameters(selector)`, when given, makes the SearchParameters (the index's kind with
+    its query parameters); otherwise they are found from the index."""
 
-    def __init__(self, index: faiss.Index, rows: np.ndarray, nprobe: int | None = None, ef_search: int | None = None):
+    def __init__(self, index: faiss.Index, rows: np.ndarray, nprobe: int | None = None, ef_search: int | None = None,
+                 search_parameters_of=None):
         self.selector = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
-        self.params = search_parameters(index, self.selector, nprobe, ef_search)
+        self.params = (search_parameters_of(self.selector) if search_parameters_of is not None
+                       else search_parameters(index, self.selector, nprobe, ef_search))
         self.index = index
         self.ntotal = len(rows)
 
@@ -125,9 +127,10 @@ class Restricted:
 
 
 def search_with_filters(index, queries: np.ndarray, query_ids: list[str], doc_codes: np.ndarray, chunk_doc_ids: np.ndarray,
-                        depth: int, groups: pl.DataFrame, nprobe: int | None = None) -> pl.DataFrame:
+                        depth: int, groups: pl.DataFrame, nprobe: int | None = None, search_parameters=None) -> pl.DataFrame:
     """search_documents for every query, the filtered ones restricted to the chunks of their allowed
-    documents; returns the same hits frame (query row, chunk row, score)."""
+    documents; returns the same hits frame (query row, chunk row, score). `search_parameters`:
+    selector -> faiss.SearchParameters (default: found from the index, with `nprobe`)."""
     row_of = {q: i for i, q in enumerate(query_ids)}
     filtered = np.zeros(len(query_ids), dtype=bool)
     parts = []
@@ -139,7 +142,7 @@ def search_with_filters(index, queries: np.ndarray, query_ids: list[str], doc_co
         allowed = np.flatnonzero(np.isin(chunk_doc_ids, np.array(doc_ids, dtype=object)))
         if not len(allowed):  # the filter allows no chunk: these queries retrieve nothing
             continue
-        view = Restricted(index, allowed, nprobe)
+        view = Restricted(index, allowed, nprobe, search_parameters_of=search_parameters)
         hits = search_documents(view, queries[rows], doc_codes, depth)
         parts.append(hits.with_columns(query=pl.Series(rows).gather(hits["query"])))
     free = np.flatnonzero(~filtered)

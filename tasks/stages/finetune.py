@@ -22,7 +22,7 @@ import polars as pl
 from tasks.analysis.hard_negatives import HELD_OUT_SPLIT, TRAIN_SPLIT, TRIPLET_KEYS, HeldOutSplitError
 from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
-from tasks.stages.dataset import DatasetError
+from tasks.datasets.errors import DatasetError
 from tasks.providers.fingerprint import full_fingerprint
 from tasks.stages.embed import fingerprint_hash
 from tasks.store.build import StageResult, build_folder_once

@@ -52,11 +52,10 @@ def check_finetune_inputs(spec) -> None:
     """Pre-flight (before Prefect starts): read the dataset and refuse too few judged dev queries."""
     if not finetuned_providers(spec):
         return
-    from tasks.stages.dataset import load_dataset
+    from tasks.stages.dataset import load_spec_dataset
 
     d = spec.dataset
-    dataset = load_dataset(d.path, d.format, d.split, qrels_path=d.qrels, grade_map=d.grade_map, unicode=d.unicode,
-                           **d.options)
+    dataset = load_spec_dataset(d)
     enough_dev_queries(spec, dataset.queries, dataset.qrels, f"dataset {d.path} (split {d.split!r})")
 
 

@@ -1,5 +1,6 @@
 """FAISS indexes over one embedding set: exact (flat), approximate (IVF, HNSW, IVF-PQ) and
-compressed (scalar quantisation fp16/8-bit, binary sign codes searched by Hamming distance).
+compressed (scalar quantisation fp16/8-bit, binary sign codes searched by Hamming distance), or
+any other kind registered in tasks/indexes, which says how each is built and named.
 
 One settings type for every kind; its file name is its key: files are named by their
 build-time parameters under a folder named by the embedding set,
@@ -14,82 +15,81 @@ still reports how long it took to make. Vectors come from the cache already L2-n
 """
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import faiss
 import numpy as np
 
-from tasks.stages.binary_codes import BinarySearch, build_binary_index, padded_bits
+from tasks.indexes import index_kind
+from tasks.indexes.binary_codes import BinarySearch, padded_bits
+from tasks.indexes.ivf import default_nlist  # noqa: F401  (re-exported: tests and benchmarks import it from here)
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.store.integrity import faiss_dimension
 
-KINDS = ("flat", "ivf", "hnsw", "ivfpq", "sq", "binary")
-SQ_TYPES = {"fp16": faiss.ScalarQuantizer.QT_fp16, "8bit": faiss.ScalarQuantizer.QT_8bit}
-# Query-time parameter of each kind, as FAISS's ParameterSpace names it (binary: ours,
-# the number of Hamming candidates re-scored with the float vectors).
-QUERY_PARAMETER = {"flat": None, "ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "efSearch", "sq": None, "binary": "rescore"}
-_BUILD_PARAMS = {
-    "flat": (),
-    "ivf": ("nlist", "train_size", "seed"),
-    "hnsw": ("M", "ef_construction"),
-    "ivfpq": ("nlist", "m", "nbits", "train_size", "seed"),
-    "sq": ("qtype", "train_size", "seed"),
-    "binary": (),
-}
 _BINARY_FOURCC = b"IBxF"  # faiss.write_index_binary's tag for IndexBinaryFlat
 
 
-@dataclass(frozen=True)
 class IndexSettings:
-    """Build-time parameters of one index; the file name is derived from them alone."""
+    """Build-time parameters of one index of a registered kind (tasks/indexes); the file name
+    is derived from them alone. `IndexSettings("ivf", nlist=32, train_size=8192)`: the kind's
+    parameters not given take their declared defaults, and read as attributes (`settings.nlist`)."""
 
-    kind: str
-    nlist: int | None = None
-    train_size: int | None = None
-    seed: int = 0
-    M: int | None = None
-    ef_construction: int | None = None
-    m: int | None = None
-    nbits: int | None = None
-    qtype: str | None = None  # sq: fp16 | 8bit
+    __slots__ = ("kind", "params")
 
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown index kind {self.kind!r} (known: {', '.join(KINDS)})")
-        if self.kind == "sq" and self.qtype not in SQ_TYPES:
-            raise ValueError(f"sq index: qtype must be one of {', '.join(SQ_TYPES)} (got {self.qtype!r})")
-        if self.kind == "sq" and self.qtype == "8bit" and not self.train_size:
-            raise ValueError("sq index: qtype 8bit is trained (per-component ranges): give train_size")
+    def __init__(self, kind: str, **params: Any):
+        index_kind_ = index_kind(kind)
+        complete = index_kind_.complete(params)
+        index_kind_.validate(complete)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "params", tuple(complete.items()))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("IndexSettings is frozen")
+
+    def __getattr__(self, name: str):
+        for key, value in object.__getattribute__(self, "params"):
+            if key == name:
+                return value
+        raise AttributeError(f"{self.kind} index settings have no parameter {name!r}")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, IndexSettings) and (self.kind, self.params) == (other.kind, other.params)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.params))
+
+    def __repr__(self) -> str:
+        return f"IndexSettings({self.kind!r}" + "".join(f", {k}={v!r}" for k, v in self.params) + ")"
+
+    def __reduce__(self):  # pickled to Dask workers
+        return (_settings, (self.kind, dict(self.params)))
+
+    @property
+    def index_kind(self):
+        return index_kind(self.kind)
 
     @property
     def file_name(self) -> str:
-        if self.kind == "flat":
-            return "flat.faiss"
-        if self.kind == "ivf":
-            return f"ivf_nlist-{self.nlist}_train-{self.train_size}_seed-{self.seed}.faiss"
-        if self.kind == "hnsw":
-            return f"hnsw_M-{self.M}_efc-{self.ef_construction}.faiss"
-        if self.kind == "binary":
-            return "binary.faiss"
-        if self.kind == "sq":
-            if self.qtype == "fp16":  # nothing to train: no sample names it
-                return "sq_qtype-fp16.faiss"
-            return f"sq_qtype-{self.qtype}_train-{self.train_size}_seed-{self.seed}.faiss"
-        return f"ivfpq_nlist-{self.nlist}_m-{self.m}_nbits-{self.nbits}_train-{self.train_size}_seed-{self.seed}.faiss"
+        return self.index_kind.file_name(dict(self.params))
 
-    def build_params(self) -> dict[str, int]:
+    def build_params(self) -> dict[str, Any]:
         """The parameters that matter for this kind, in a fixed order (the sweep table's `build_params`)."""
-        names = ("qtype",) if self.kind == "sq" and self.qtype == "fp16" else _BUILD_PARAMS[self.kind]
-        return {name: getattr(self, name) for name in names}
+        return self.index_kind.build_params(dict(self.params))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The kind and every build parameter (the index's metadata and the manifest)."""
+        return {"kind": self.kind, **dict(self.params)}
 
     @property
     def is_binary(self) -> bool:
-        return self.kind == "binary"
+        return self.index_kind.binary
+
+
+def _settings(kind: str, params: dict) -> IndexSettings:
+    return IndexSettings(kind, **params)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,20 +105,8 @@ class BuiltIndex(StageResult):
     train_seconds: float | None
 
 
-def default_nlist(n_vectors: int) -> int:
-    # ~4*sqrt(n) lists, but never fewer than 39 training points per centroid
-    # (FAISS warns below that and the centroids become noise).
-    return max(1, min(int(4 * math.sqrt(n_vectors)), n_vectors // 39))
-
-
 def resolve_ivf(n_vectors: int, nlist: int | None, train_size: int | None, seed: int) -> IndexSettings:
-    nlist = nlist or default_nlist(n_vectors)
-    if nlist > n_vectors:
-        raise ValueError(f"IVF nlist={nlist} is larger than the number of vectors ({n_vectors})")
-    train_size = min(n_vectors, train_size or 256 * nlist)
-    if train_size < nlist:
-        raise ValueError(f"IVF train_size={train_size} is smaller than nlist={nlist}")
-    return IndexSettings("ivf", nlist=nlist, train_size=train_size, seed=seed)
+    return IndexSettings("ivf", **index_kind("ivf").resolve(n_vectors, nlist, train_size, seed))
 
 
 def index_path(store: Path, embedding_set: EmbeddingSet, settings: IndexSettings) -> Path:
@@ -143,7 +131,7 @@ def build_index(
         index, train_seconds, build_seconds = build_faiss_index(read(), settings)
         write(index, tmp)
         return {"build_seconds": build_seconds, "train_seconds": train_seconds, "vectors": embedding_set.count,
-                "dim": embedding_set.dim, "settings": asdict(settings), "faiss": faiss.__version__}
+                "dim": embedding_set.dim, "settings": settings.to_dict(), "faiss": faiss.__version__}
 
     built = build_once(store, path, build, parse=lambda p: read_back(str(p)), force=force)
     if not built.computed:
@@ -156,63 +144,14 @@ def build_index(
     )
 
 
-_ADD_BATCH = 65_536  # rows added at a time: FAISS copies what it is given, so no full-size copy
-
-
 def build_faiss_index(vectors: np.ndarray, settings: IndexSettings) -> tuple[faiss.Index, float, float]:
     """(index, train seconds, build seconds = train + add) over unit vectors, inner product
-    (binary: a faiss.IndexBinaryFlat of their sign bits).
+    (binary: a faiss.IndexBinaryFlat of their sign bits), as the settings' kind builds it.
 
     `vectors` is a matrix, or a row source with `shape` and row indexing whose `fill_rows(out)`, when
     it has one, writes every row into the flat index's storage (tasks/stages/build_vectors.py).
     """
-    n, dim = vectors.shape
-    started = time.perf_counter()
-    if settings.is_binary:
-        index = build_binary_index(vectors, _ADD_BATCH)
-        return index, 0.0, time.perf_counter() - started
-    if settings.kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-        _fill_flat(index, vectors)
-        seconds = time.perf_counter() - started
-        return index, 0.0, seconds
-    if settings.kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, settings.M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = settings.ef_construction
-    elif settings.kind == "sq":
-        index = faiss.IndexScalarQuantizer(dim, SQ_TYPES[settings.qtype], faiss.METRIC_INNER_PRODUCT)
-    elif settings.kind == "ivf":
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, settings.nlist, faiss.METRIC_INNER_PRODUCT)
-    else:
-        if dim % settings.m:
-            raise ValueError(f"IVF-PQ m={settings.m} must divide the dimension {dim}")
-        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, settings.nlist, settings.m, settings.nbits,
-                                 faiss.METRIC_INNER_PRODUCT)
-    if settings.kind in ("ivf", "ivfpq") or (settings.kind == "sq" and settings.qtype != "fp16"):
-        # SQ8 learns each component's range from the sample; a later vector outside it is clipped.
-        rng = np.random.default_rng(settings.seed)
-        rows = np.sort(rng.choice(n, size=min(n, settings.train_size), replace=False))
-        if settings.kind != "sq":
-            index.cp.seed = settings.seed
-        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
-    train_seconds = time.perf_counter() - started
-    for start in range(0, n, _ADD_BATCH):
-        index.add(np.ascontiguousarray(vectors[start : start + _ADD_BATCH], dtype=np.float32))
-    return index, train_seconds, time.perf_counter() - started
-
-
-def _fill_flat(index: faiss.IndexFlat, vectors) -> None:
-    """Size the storage once and write the rows into it: adding batch by batch would regrow it
-    by doubling, holding the old and the new buffer at once."""
-    n, dim = vectors.shape
-    index.codes.resize(n * dim * 4)
-    index.ntotal = n
-    storage = faiss.rev_swig_ptr(index.codes.data(), n * dim * 4).view(np.float32).reshape(n, dim)
-    if hasattr(vectors, "fill_rows"):
-        vectors.fill_rows(storage)
-        return
-    for start in range(0, n, _ADD_BATCH):
-        storage[start:start + _ADD_BATCH] = vectors[start:start + _ADD_BATCH]
+    return settings.index_kind.build(vectors, dict(settings.params))
 
 
 def check_dimension(path: Path, expected_dim: int) -> None:
@@ -243,7 +182,12 @@ def load_index(path: str | Path, expected_dim: int | None = None) -> faiss.Index
     return index
 
 
-def set_query_params(index: faiss.Index | BinarySearch, params: dict[str, int]) -> None:
+def set_query_params(index: faiss.Index | BinarySearch, params: dict[str, int], kind: str | None = None) -> None:
+    """Query-time parameters on a loaded index, as its kind sets them. Without a kind (a caller
+    holding only the loaded index): a binary index's rescore, or FAISS's ParameterSpace names."""
+    if kind is not None:
+        index_kind(kind).set_query_params(index, params)
+        return
     if isinstance(index, BinarySearch):
         index.rescore = int(params.get("rescore") or 0)
         return
@@ -254,26 +198,35 @@ def set_query_params(index: faiss.Index | BinarySearch, params: dict[str, int]) 
 @dataclass(frozen=True)
 class IndexPlan:
     """The indexes a run builds for `n_vectors` chunks, the nprobe values it searches the IVF
-    index with, and what the plan had to change or say about the spec (logged, and kept in
-    the manifest)."""
+    index with, the query-parameter dicts of every other kind, and what the plan had to change
+    or say about the spec (logged, and kept in the manifest)."""
 
     settings: tuple[IndexSettings, ...]
     nprobe: tuple[int, ...]
     notes: tuple[str, ...]
+    other_queries: tuple[tuple[IndexSettings, tuple[dict, ...]], ...] = ()
+
+    def query_grid(self, settings: IndexSettings) -> tuple[dict, ...]:
+        """The query-parameter dicts one index is searched with (flat: one search, no parameters)."""
+        if settings.kind == "ivf":
+            return tuple({"nprobe": p} for p in self.nprobe)
+        return dict(self.other_queries).get(settings, ({},))
 
 
-def plan_indexes(flat: bool, ivf, n_vectors: int) -> IndexPlan:
+def plan_indexes(flat: bool, ivf, n_vectors: int, others: dict[str, dict] | None = None) -> IndexPlan:
     """Flat always (the reference); IVF unless `ivf` is None or cannot be built on this many
     vectors, in which case it is skipped with the reason rather than failing after the
-    embeddings are paid for."""
+    embeddings are paid for. `others`: kind -> its `indexes:` entry, for any other registered
+    kind (its build parameters and query-parameter list)."""
     settings, notes = [IndexSettings("flat")], []
+    extra = _plan_others(others or {}, n_vectors)
     if ivf is None:
-        return IndexPlan(tuple(settings), (), ("ivf: off (indexes.ivf is null)",))
+        return IndexPlan(tuple(settings) + tuple(s for s, _ in extra), (), ("ivf: off (indexes.ivf is null)",), extra)
     try:
         resolved = resolve_ivf(n_vectors, ivf.nlist, ivf.train_size, ivf.seed)
     except ValueError as error:
         notes.append(f"ivf skipped: {error}; set indexes.ivf.nlist to at most {n_vectors} (or null for the default)")
-        return IndexPlan(tuple(settings), (), tuple(notes))
+        return IndexPlan(tuple(settings) + tuple(s for s, _ in extra), (), tuple(notes), extra)
     if resolved.nlist == 1:
         notes.append(f"ivf: nlist=1 on {n_vectors} vectors (fewer than 78), so every query probes the one list and "
                      "the 'approximate' index returns exactly what flat search returns")
@@ -283,4 +236,12 @@ def plan_indexes(flat: bool, ivf, n_vectors: int) -> IndexPlan:
         notes.append(f"ivf: nprobe {clipped} exceed nlist={resolved.nlist} and search every list, as nprobe="
                      f"{resolved.nlist} does; searched once as nprobe={resolved.nlist}")
     settings.append(resolved)
-    return IndexPlan(tuple(settings), tuple(probes), tuple(notes))
+    return IndexPlan(tuple(settings) + tuple(s for s, _ in extra), tuple(probes), tuple(notes), extra)
+
+
+def _plan_others(others: dict[str, dict], n_vectors: int) -> tuple[tuple[IndexSettings, tuple[dict, ...]], ...]:
+    planned = []
+    for kind, entry in others.items():
+        params, queries, _ = index_kind(kind).plan(dict(entry), n_vectors)
+        planned.append((IndexSettings(kind, **params), tuple(queries)))
+    return tuple(planned)

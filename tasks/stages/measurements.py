@@ -49,7 +49,8 @@ def cached_sweep(doc_set, query_set, chunks_path: str, dataset_key: str, qrels_p
                  output_dir: Path, force: bool = False, remeasure: bool = False, progress=None):
     """`run_sweep`, unless the same sweep already ran on this machine: then its tables are
     copied to the output folder and the plot and recommendation are made from them."""
-    from tasks.stages.sweep import SweepResult, plot_sweep, recommend, run_sweep
+    from tasks.analysis.ann_recommend import recommend
+    from tasks.stages.sweep import SweepResult, plot_sweep, run_sweep
 
     key = stable_hash("ann-sweep-v1", doc_set.key, query_set.key, Path(chunks_path).name, dataset_key,
                       spec.model_dump(mode="json"), machine_id())

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from tasks.config.spec import BenchmarkSpec
 from tasks.stages.chunk import ChunkConfig, chunk_corpus
-from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
+from tasks.stages.dataset import content_hash, load_saved_dataset, load_spec_dataset, save_dataset
 from tasks.store.build import StageResult, build_folder_once, build_once
 from tasks.store.files import file_sha256, stable_hash
 from tasks.store.integrity import ensure_writable, parquet_readable
@@ -72,7 +72,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     (and a declared one), the output and store directories are folders this process can
     write, and a spec that fine-tunes has enough judged dev queries. Raises DatasetError or
     StoreError naming the spec key or file:line."""
-    from tasks.stages.dataset import DatasetError
+    from tasks.datasets.errors import DatasetError
     from tasks.stages.filter_fields import check_filter_fields
     from tasks.store.integrity import StoreError
     from tasks.store.remote import check_reachable, is_remote
@@ -158,12 +158,7 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
 
 
 def _load(spec: BenchmarkSpec):
-    dataset_spec = spec.dataset
-    return load_dataset(
-        dataset_spec.path, dataset_spec.format, dataset_spec.split,
-        qrels_path=dataset_spec.qrels, grade_map=dataset_spec.grade_map, unicode=dataset_spec.unicode,
-        **dataset_spec.options,
-    )
+    return load_spec_dataset(spec.dataset)
 
 
 def _parse_and_store(spec: BenchmarkSpec, force: bool) -> DatasetRef:
@@ -198,7 +193,8 @@ def _source_key(spec: BenchmarkSpec) -> str:
     digests = [(str(source.relative_to(dataset_spec.path)) if source.is_relative_to(dataset_spec.path) else str(source),
                 file_sha256(source)) for source in sources]
     settings = dataset_spec.model_dump(mode="json", exclude={"path", "qrels"})
-    return stable_hash("dataset-source-v2", file_sha256(loader.__file__), settings, digests)
+    loader_code = [file_sha256(file) for file in loader.reader_code_files(dataset_spec.format)]
+    return stable_hash("dataset-source-v2", loader_code, settings, digests)
 
 
 def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False, variant=None) -> ChunksRef:

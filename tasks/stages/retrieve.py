@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.analysis.trec import check_trec_tokens
+from tasks.indexes import index_kind
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.stages.filters import search_with_filters
 from tasks.stages.index import BuiltIndex, build_index, load_index
@@ -51,12 +52,16 @@ def retrieve(
     force: bool = False,
     filters_path: str | None = None,
     rescore: int | None = None,
+    query_params: dict | None = None,
 ) -> RunResult:
     """`filters_path`: the dataset's metadata-filter groups (tasks/stages/filters.py); its
     queries search only the chunks of the documents their filter allows. `rescore` (binary
-    indexes only): Hamming candidates re-scored with the float vectors."""
+    indexes only): Hamming candidates re-scored with the float vectors. `query_params`: any
+    other query-time parameter of the index's kind (tasks/indexes), e.g. {"ef_search": 64}."""
     if rescore and not built.settings.is_binary:
         raise ValueError(f"rescore={rescore} applies to binary indexes only, not {built.settings.kind}")
+    params = {**({} if rescore is None else {"rescore": rescore}),
+              **{k: v for k, v in (query_params or {}).items() if k != "nprobe"}}
     index_file = Path(built.path)
     if not verify(index_file, store, None):  # damaged since the index stage: quarantined, build it again
         built = build_index(doc_set, built.settings, store)
@@ -66,27 +71,28 @@ def retrieve(
     index_identity = recorded_checksum(index_file) or f"{index_file.stat().st_size}:{index_file.stat().st_mtime_ns}"
     key = stable_hash("run-v2", index_file.name, doc_set.key, index_identity, query_set.key,
                       Path(chunks_path).name, depth, nprobe, *([Path(filters_path).name] if filters_path else []),
-                      *(() if rescore is None else ("rescore", rescore)))
+                      *(part for name, value in params.items() for part in (name, value)))
     path = Path(store) / "runs" / f"{key}.parquet"
     searched = {"seconds": 0.0}
 
     def build(tmp: str) -> None:
         run, searched["seconds"] = _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
-                                                    filters_path, rescore or 0)
+                                                    filters_path, params)
         pq.write_table(run.to_arrow(), tmp, compression="zstd")
 
     made = build_once(store, path, build, parse=parquet_readable, force=force)
     return RunResult(path=str(path), key=key, computed=made.computed, seconds=made.seconds, provider=built.provider,
-                     index=index_label(built.settings.kind, rescore), nprobe=nprobe, queries=query_set.count, search_seconds=searched["seconds"])
+                     index=index_label(built.settings.kind, params), nprobe=nprobe, queries=query_set.count, search_seconds=searched["seconds"])
 
 
-def index_label(kind: str, rescore: int | None) -> str:
-    """The run's `index` column: the kind, and the re-scoring depth of a binary search."""
-    return f"{kind}-rescore{rescore}" if rescore else kind
+def index_label(kind: str, query_params: dict | None) -> str:
+    """The run's `index` column: the kind, and its query parameters but nprobe, as the kind
+    writes them (the re-scoring depth of a binary search: `binary-rescore100`)."""
+    return index_kind(kind).run_label(query_params or {})
 
 
 def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
-                     filters_path=None, rescore=0) -> tuple[pl.DataFrame, float]:
+                     filters_path=None, query_params=None) -> tuple[pl.DataFrame, float]:
     chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"].to_list()
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
     chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
@@ -96,22 +102,24 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
     query_ids, query_vectors = load_vectors(query_set)
 
     index = load_index(index_file, expected_dim=query_vectors.shape[1])
-    if nprobe is not None:
-        index.nprobe = nprobe
-    if rescore:  # binary codes: the float vectors re-score the best Hamming candidates
-        index.vectors, index.rescore = load_vectors(doc_set)[1], rescore
+    kind = built.settings.index_kind
+    params = {**({} if nprobe is None else {"nprobe": nprobe}), **(query_params or {})}
+    if params.get("rescore"):  # binary codes: the float vectors re-score the best Hamming candidates
+        index.vectors = load_vectors(doc_set)[1]
+    kind.set_query_params(index, params)
     started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
     doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
     if filters_path:
         hits = search_with_filters(index, query_vectors, query_ids, doc_codes, doc_ids, depth,
-                                   pl.read_parquet(filters_path), nprobe)
+                                   pl.read_parquet(filters_path), nprobe,
+                                   search_parameters=lambda selector: kind.search_parameters(index, params, selector))
     else:
         hits = search_documents(index, query_vectors, doc_codes, depth)
     seconds = time.perf_counter() - started
 
     run = document_run(hits, doc_codes, pl.Series(query_ids), pl.Series(doc_ids), pl.Series(chunk_ids)).with_columns(
-        provider=pl.lit(built.provider), index=pl.lit(index_label(built.settings.kind, rescore)), nprobe=pl.lit(nprobe, dtype=pl.Int64),
+        provider=pl.lit(built.provider), index=pl.lit(index_label(built.settings.kind, query_params)), nprobe=pl.lit(nprobe, dtype=pl.Int64),
     ).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     return run, seconds
 

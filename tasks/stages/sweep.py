@@ -1,5 +1,7 @@
-"""ANN sweep: what each approximate index setting costs in retrieval quality, at what speed and
-size, against exact search on the same vectors, and which setting to pick for a loss budget.
+"""ANN sweep, the measuring: what each approximate index setting costs in retrieval quality, at
+what speed and size, against exact search on the same vectors. The grid comes from
+tasks/stages/sweep_grid.py (what the index kinds declare), the pick for a loss budget from
+tasks/analysis/ann_recommend.py.
 
 Build-time parameters (IVF nlist and training sample, HNSW M and efConstruction, IVF-PQ nlist,
 m, nbits, SQ type) each get one persisted index; query-time parameters (nprobe, efSearch, the
@@ -28,86 +30,14 @@ from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
 from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
-from tasks.stages.index import BuiltIndex, IndexSettings, build_index, default_nlist, index_path, load_index, resolve_ivf, set_query_params
+from tasks.stages.index import BuiltIndex, build_index, index_path, load_index, set_query_params
+from tasks.stages.sweep_grid import default_pq_m, default_pq_nbits, resolve_grid  # noqa: F401  (re-exported)
+from tasks.analysis.ann_recommend import Recommendation, recommend, relative_loss  # noqa: F401  (re-exported)
 from tasks.stages.vectors import l2_normalized
-from tasks.analysis.metrics import evaluate, parse_measure
+from tasks.analysis.metrics import evaluate
 from tasks.analysis.runs import trec_order
 from tasks.stages.maxp import search_documents
 from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
-
-# --- the grid -----------------------------------------------------------------------------
-
-
-def _powers_of_two_upto(limit: int) -> list[int]:
-    values, p = [], 1
-    while p < limit:
-        values.append(p)
-        p *= 2
-    return values + [limit]
-
-
-def _probe_grid(values: list[int] | None, nlist: int) -> list[dict]:
-    # nprobe beyond nlist searches every list anyway: clip and drop repeats.
-    probes = sorted({min(p, nlist) for p in (values or _powers_of_two_upto(nlist))})
-    return [{"nprobe": p} for p in probes]
-
-
-def default_pq_m(dim: int) -> int:
-    """The divisor of dim closest to dim/8 (the larger on a tie), at most 64."""
-    divisors = [m for m in range(1, min(dim, 64) + 1) if dim % m == 0]
-    return min(divisors, key=lambda m: (abs(m - dim / 8), -m))
-
-
-def default_pq_nbits(n_vectors: int) -> int:
-    # k-means wants >= 39 points per centroid: 2^nbits centroids per sub-quantizer.
-    return int(min(8, max(4, math.floor(math.log2(max(n_vectors, 2) / 39)))))
-
-
-def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[IndexSettings, list[dict]]]:
-    """(build settings, query-parameter dicts) per index to build, flat first."""
-    grid: list[tuple[IndexSettings, list[dict]]] = [(IndexSettings("flat"), [{}])]
-    if spec.ivf is not None:
-        for nlist in spec.ivf.nlist or [default_nlist(n_vectors)]:
-            for train in spec.ivf.train_size or [None]:
-                s = resolve_ivf(n_vectors, nlist, train, spec.ivf.seed)
-                grid.append((IndexSettings("ivf", nlist=s.nlist, train_size=s.train_size, seed=s.seed),
-                             _probe_grid(spec.ivf.nprobe, s.nlist)))
-    if spec.hnsw is not None:
-        for M in spec.hnsw.M:
-            for efc in spec.hnsw.ef_construction:
-                grid.append((IndexSettings("hnsw", M=M, ef_construction=efc),
-                             [{"ef_search": e} for e in spec.hnsw.ef_search]))
-    pq = spec.ivfpq
-    all_defaults = pq is not None and pq.nlist is pq.m is pq.nbits is pq.train_size is None
-    if all_defaults and n_vectors < 39 * 16:
-        pq = None  # too few vectors to train even 4-bit codes; asked for explicitly, it is an error below
-    if pq is not None:
-        for nlist in pq.nlist or [default_nlist(n_vectors)]:
-            for m in pq.m or [default_pq_m(dim)]:
-                if dim % m:
-                    raise ValueError(f"sweep.ivfpq.m={m} must divide the vector dimension {dim}")
-                for nbits in pq.nbits or [default_pq_nbits(n_vectors)]:
-                    for train in pq.train_size or [None]:
-                        train = min(n_vectors, train or max(256 * nlist, 39 * 2 ** nbits))
-                        if nlist > n_vectors or train < max(nlist, 2 ** nbits):
-                            raise ValueError(f"sweep.ivfpq: nlist={nlist}, nbits={nbits} need at least "
-                                             f"{max(nlist, 2 ** nbits)} training vectors (have {train} of {n_vectors})")
-                        grid.append((IndexSettings("ivfpq", nlist=nlist, m=m, nbits=nbits, train_size=train, seed=pq.seed),
-                                     _probe_grid(pq.nprobe, nlist)))
-    if spec.sq is not None:
-        for qtype in spec.sq.qtype:
-            if qtype == "fp16":
-                grid.append((IndexSettings("sq", qtype="fp16"), [{}]))
-            else:
-                train = min(n_vectors, spec.sq.train_size or 100_000)
-                grid.append((IndexSettings("sq", qtype=qtype, train_size=train, seed=spec.sq.seed), [{}]))
-    if spec.binary is not None:
-        grid.append((IndexSettings("binary"), [{"rescore": r} for r in spec.binary.rescore]))
-    unique: dict[IndexSettings, list[dict]] = {}
-    for settings, queries in grid:
-        unique.setdefault(settings, queries)
-    return list(unique.items())
-
 
 # --- fidelity -----------------------------------------------------------------------------
 
@@ -194,37 +124,6 @@ def measure_speed(index: faiss.Index, queries: np.ndarray, k: int, repeats: int,
 # --- the sweep ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """The fastest setting (highest batched QPS) whose loss stays within the budget."""
-
-    provider: str
-    index_kind: str
-    build_params: dict
-    query_params: dict
-    measure: str
-    loss_budget: float
-    relative_loss: float
-    qps_batch: float
-    neighbour_recall: float | None
-    index_bytes: int | None
-    candidates: int  # settings that met the budget, flat included
-    budget_on: str = "mean"
-
-    def line(self) -> str:
-        params = ", ".join(f"{k}={v}" for k, v in {**self.build_params, **self.query_params}.items())
-        recall = "" if self.neighbour_recall is None else f", neighbour recall {self.neighbour_recall:.3f}"
-        return (f"{self.provider}: {self.index_kind}" + (f" ({params})" if params else "")
-                + f" - {self.qps_batch:,.0f} queries/s, {self.measure} loss {100 * self.relative_loss + 0.0:.2f}%"
-                + f" (budget {100 * self.loss_budget:g}%{', at ci_low' if self.budget_on == 'ci_low' else ''}){recall}"
-                + f"; {self.candidates} settings within budget")
-
-    __str__ = line
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 @dataclass(frozen=True, kw_only=True)
 class SweepResult(StageResult):
     """One provider's sweep: `path` is its table (output_dir/ann_sweep/<provider>.parquet)."""
@@ -237,50 +136,6 @@ class SweepResult(StageResult):
     reused: int
     timings: dict = field(default_factory=dict)  # seconds per step of the sweep
     load_report: dict | None = None  # how the document vectors came out of the cache, when they were read
-
-
-def relative_loss(table: pl.DataFrame, measure: str, budget_on: str = "mean") -> pl.Series:
-    """(flat - approximate) / flat for the measure; at ci_low, the interval's worst end."""
-    delta = pl.col(f"delta_{measure}_ci_low" if budget_on == "ci_low" else f"delta_{measure}")
-    flat = pl.col(f"flat_{measure}")
-    loss = pl.when(flat > 0).then(-delta / flat).when(delta >= 0).then(0.0).otherwise(float("inf"))
-    return table.select(loss.fill_null(float("inf")).alias("loss")).to_series()
-
-
-def recommend(table: pl.DataFrame, measure: str = "ndcg@10", loss_budget: float = 0.01,
-              budget_on: str = "mean") -> dict[str, Recommendation | None]:
-    """Per provider: among the settings within the budget, the highest batched QPS (smaller
-    index on a tie). Flat has no loss, so it is the answer when nothing faster qualifies."""
-    measure = str(parse_measure(measure))
-    needed = ["provider", "index_kind", "build_params", "query_params", "qps_batch", f"delta_{measure}", f"flat_{measure}"]
-    missing = [c for c in needed if c not in table.columns]
-    if missing:
-        raise ValueError(f"sweep table: missing columns {missing} (found {table.columns})")
-    scored = table.with_columns(_loss=relative_loss(table, measure, budget_on))
-    out: dict[str, Recommendation | None] = {}
-    for provider in scored["provider"].unique(maintain_order=True).to_list():
-        rows = scored.filter((pl.col("provider") == provider) & (pl.col("_loss") <= loss_budget + 1e-12))
-        if rows.height == 0:
-            out[provider] = None
-            continue
-        size = pl.col("index_bytes") if "index_bytes" in rows.columns else pl.lit(0)
-        best = rows.with_columns(_size=size).sort(["qps_batch", "_size"], descending=[True, False], nulls_last=True).row(0, named=True)
-        recall_col = next((c for c in rows.columns if c.startswith("neighbour_recall@")), None)
-        out[provider] = Recommendation(
-            provider=provider,
-            index_kind=best["index_kind"],
-            build_params=json.loads(best["build_params"]),
-            query_params=json.loads(best["query_params"]),
-            measure=measure,
-            loss_budget=loss_budget,
-            relative_loss=float(best["_loss"]),
-            qps_batch=float(best["qps_batch"]),
-            neighbour_recall=None if recall_col is None else best[recall_col],
-            index_bytes=best.get("index_bytes"),
-            candidates=rows.height,
-            budget_on=budget_on,
-        )
-    return out
 
 
 def _dumps(params: dict) -> str:
@@ -380,7 +235,7 @@ def run_sweep(
 
     def evaluate_setting(index, info: BuiltIndex, params: dict, reference: dict | None) -> tuple[dict, pl.DataFrame | None, dict]:
         started = time.perf_counter()
-        set_query_params(index, params)
+        set_query_params(index, params, info.settings.kind)
         speed, ids = measure_speed(index, queries, spec.k, spec.repeats, spec.warmup, latency_rows, all_threads)
         timers["speed"] += time.perf_counter() - started
         started = time.perf_counter()
@@ -417,7 +272,7 @@ def run_sweep(
             "index_bytes": info.size_bytes,
             "bytes_per_vector": info.size_bytes / max(info.vectors, 1),
             # Re-scoring binary candidates needs the float vectors too (on disk or in memory).
-            "rescore_bytes_per_vector": 4 * doc_set.dim if params.get("rescore") else 0,
+            "rescore_bytes_per_vector": info.settings.index_kind.search_bytes_per_vector(doc_set.dim, params),
             **speed,
             "threads": all_threads,
             "built": info.computed,

@@ -1,8 +1,9 @@
-"""Retrieval systems beyond one embedding over FAISS: BM25 first stages, hybrids of two first
-stages, and any first stage with a reranker. Each makes a run file in the dense run schema
+"""Retrieval systems beyond one embedding over FAISS: BM25 first stages, hybrids of two or more
+stages, and any stage with a reranker. Each makes a run file in the dense run schema
 (provider = the system's name), so every table scores it like a provider's setting.
 
-A first stage is named `<provider>/flat`, `<provider>/ivf` (its widest nprobe) or `bm25:<name>`.
+A first stage is named `<provider>/flat`, `<provider>/ivf` (its widest nprobe) or `bm25:<name>`;
+a system may also read another system's run by its name (a reranked hybrid).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tasks.config.setting import FirstStage, Setting
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_parquet
 from tasks.store.integrity import parquet_readable
@@ -19,9 +21,23 @@ from tasks.store.integrity import parquet_readable
 log = logging.getLogger("retbench")
 
 
+@dataclass(frozen=True)
+class StageInput:
+    """A run a system reads: what computed it, and its file."""
+
+    setting: Setting
+    path: str
+
+    @property
+    def columns(self) -> tuple:
+        """(provider, index, nprobe) of its rows."""
+        return self.setting.provider, self.setting.index, self.setting.nprobe
+
+
 @dataclass(frozen=True, kw_only=True)
 class SystemRun(StageResult):
-    """A system's run file; `first` and `second` are the settings it builds on."""
+    """A system's run file; `first` and `second` are the settings it builds on (`inputs`: all of
+    them, for a fusion of more than two)."""
 
     system: str
     kind: str  # bm25 | hybrid | rerank | first (a renamed first stage)
@@ -30,6 +46,12 @@ class SystemRun(StageResult):
     first: tuple | None = None  # (provider, index, nprobe) of the first stage
     second: tuple | None = None
     facts: dict = field(default_factory=dict)  # alpha choice, rerank counts and added latency, ...
+    setting: Setting | None = None  # the stage tree this run computes: its `setting` and `params` columns
+    inputs: tuple = ()  # (provider, index, nprobe) of every stage it reads
+
+    @property
+    def as_input(self) -> StageInput:
+        return StageInput(self.setting, self.path)
 
     @property
     def provider(self) -> str:
@@ -55,6 +77,16 @@ def setting_of(reference: str, runs: list) -> tuple:
     return provider, index, widest.nprobe
 
 
+def stage_input(reference: str, runs: list, made: dict[str, SystemRun]) -> StageInput:
+    """The run a `systems[]` reference names: a system built before (by name), a BM25 first
+    stage (`bm25:<name>`, in `made` under that name) or a dense `<provider>/<index>`."""
+    if reference in made:
+        return made[reference].as_input
+    provider, index, nprobe = setting_of(reference, runs)
+    path = next(r.path for r in runs if (getattr(r, "provider", None), r.index, r.nprobe) == (provider, index, nprobe))
+    return StageInput(Setting(FirstStage.dense(provider, index, {} if nprobe is None else {"nprobe": nprobe})), path)
+
+
 def run_of(setting: tuple, run_files: dict[tuple, str]) -> pl.DataFrame:
     return pl.read_parquet(run_files[setting])
 
@@ -68,32 +100,34 @@ def bm25_stage(lexical, chunks, dataset, store: str, depth: int, force: bool) ->
     log.info(f"bm25:{lexical.name}: index {'built' if index.computed else 'reused'} ({index.chunks} chunks, "
              f"{index.vocabulary} terms); run {'computed' if run.computed else 'reused'}")
     return SystemRun(path=run.path, key=run.key, computed=run.computed or index.computed, seconds=index.seconds + run.seconds,
-                     system=lexical.name, kind="bm25", index="bm25",
+                     system=lexical.name, kind="bm25", index="bm25", setting=Setting(FirstStage.bm25(lexical.name)),
                      facts={"search_seconds": run.search_seconds, "empty_queries": run.empty_queries, "queries": run.queries,
                             "vocabulary": index.vocabulary, "index_path": index.path})
 
 
-def hybrid_stage(system, first: tuple, second: tuple, first_path: str, second_path: str, dataset, store: str,
-                 depth: int) -> SystemRun:
-    """Two first stages fused (RRF, or normalised scores with alpha chosen on the dev split)."""
+def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, store: str, depth: int) -> SystemRun:
+    """Two or more stages fused (RRF, or normalised scores of two with alpha chosen on the dev split)."""
     from tasks.analysis.fusion import choose_alpha, reciprocal_rank_fusion, score_fusion
     from tasks.stages.dataset import load_saved_dataset
 
     fusion = system.fusion
-    key = stable_hash("hybrid-v1", Path(first_path).name, Path(second_path).name, system.name,
+    paths = [i.path for i in inputs]
+    key = stable_hash("hybrid-v1", *[Path(p).name for p in paths], system.name,
                       fusion.model_dump(mode="json"), depth, dataset.key)
     path = Path(store) / "runs" / f"{key}.parquet"
-    label = "rrf" if fusion.method == "rrf" else f"fusion-{fusion.normalization}"
+    label = setting.index
 
     def build(tmp: str) -> dict:
-        a, b = pl.read_parquet(first_path), pl.read_parquet(second_path)
+        runs = [pl.read_parquet(p) for p in paths]
         cut = fusion.depth or depth
         if fusion.method == "rrf":
-            run, facts = reciprocal_rank_fusion(a, b, k=fusion.k, name=system.name, depth=cut), {"k": fusion.k}
+            run, facts = reciprocal_rank_fusion(*runs, k=fusion.k, name=system.name, depth=cut), {"k": fusion.k}
         elif fusion.alpha is not None:
+            a, b = runs
             run = score_fusion(a, b, alpha=fusion.alpha, normalization=fusion.normalization, name=system.name, depth=cut)
             facts = {"alpha": fusion.alpha, "chosen_on": "spec"}
         else:
+            a, b = runs
             saved = load_saved_dataset(dataset.path)
             if not (saved.queries["split"] == "dev").any():
                 raise ValueError(f"system {system.name!r}: fusion.alpha is null, so it is chosen on the dev split, but this "
@@ -111,16 +145,19 @@ def hybrid_stage(system, first: tuple, second: tuple, first_path: str, second_pa
     if "alpha" in built.metadata and built.metadata.get("chosen_on") == "dev":
         log.info(f"{system.name}: alpha {built.metadata['alpha']} chosen on {built.metadata['dev_queries']} dev queries "
                  f"({built.metadata['measure']}); reported on test")
+    columns = tuple(i.columns for i in inputs)
     return SystemRun(path=str(path), key=key, computed=built.computed, seconds=built.seconds, system=system.name,
-                     kind="hybrid", index=label, first=first, second=second, facts=dict(built.metadata))
+                     kind="hybrid", index=label, first=columns[0], second=columns[1], facts=dict(built.metadata),
+                     setting=setting, inputs=columns)
 
 
-def rerank_stage(system, reranker_spec, first: tuple, first_path: str, chunks, dataset, store: str,
+def rerank_stage(system, reranker_spec, setting: Setting, source: StageInput, chunks, dataset, store: str,
                  force: bool) -> SystemRun:
     from tasks.rerankers import create_reranker
     from tasks.stages.rerank import rerank_run
 
-    run = pl.read_parquet(first_path)
+    first = source.columns
+    run = pl.read_parquet(source.path)
     queries = pl.read_parquet(dataset.queries_path, columns=["query_id", "text"])
     reranker = create_reranker(reranker_spec.kind, reranker_spec.options)
     result = rerank_run(run, reranker, reranker_spec.name, queries, chunks.path, store, system=system.name,
@@ -131,14 +168,15 @@ def rerank_stage(system, reranker_spec, first: tuple, first_path: str, chunks, d
              "tokens": result.tokens, "token_source": result.token_source, "search_units": result.search_units}
     return SystemRun(path=result.path, key=result.key, computed=result.computed, seconds=result.seconds,
                      system=system.name, kind="rerank", index=f"{first[1]}+{reranker_spec.name}", nprobe=first[2],
-                     first=first, facts=facts)
+                     first=first, facts=facts, setting=setting, inputs=(first,))
 
 
-def rename_stage(system, first: tuple, first_path: str, store: str) -> SystemRun:
-    """A system that is only a first stage under another name (e.g. `e5` for `e5-small/flat`)."""
-    run = pl.read_parquet(first_path).with_columns(provider=pl.lit(system.name))
-    key = stable_hash("renamed-v1", Path(first_path).name, system.name)
+def rename_stage(system, setting: Setting, source: StageInput, store: str) -> SystemRun:
+    """A system that is only another stage under another name (e.g. `e5` for `e5-small/flat`)."""
+    first = source.columns
+    run = pl.read_parquet(source.path).with_columns(provider=pl.lit(system.name))
+    key = stable_hash("renamed-v1", Path(source.path).name, system.name)
     path = Path(store) / "runs" / f"{key}.parquet"
     built = build_once(store, path, lambda tmp: run.write_parquet(tmp, compression="zstd"), parse=parquet_readable)
     return SystemRun(path=str(path), key=key, computed=built.computed, seconds=built.seconds, system=system.name,
-                     kind="first", index=first[1], nprobe=first[2], first=first)
+                     kind="first", index=first[1], nprobe=first[2], first=first, setting=setting, inputs=(first,))

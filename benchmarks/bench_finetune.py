@@ -31,12 +31,12 @@ from tasks.analysis.hard_negatives import hard_negative_pairs  # noqa: E402
 from tasks.analysis.metrics import evaluate  # noqa: E402
 from tasks.providers import create_provider  # noqa: E402
 from tasks.providers.finetuned import FinetunedOptions  # noqa: E402
-from tasks.stages.chunk import document_text  # noqa: E402
+from tasks.datasets.document_text import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
 from tasks.stages.finetune import drop_held_out_texts, finetune_provider  # noqa: E402
 from tasks.stages.finetune_step import capped  # noqa: E402
-from tasks.stages.retrieve import search_documents  # noqa: E402
+from tasks.stages.maxp import search_documents  # noqa: E402
 
 MEASURES = ["ndcg@10", "recall@10"]
 SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", "/work/shared/data"))

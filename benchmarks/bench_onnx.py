@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 from tasks.analysis.breakdown import paired_comparison  # noqa: E402
 from tasks.analysis.metrics import evaluate  # noqa: E402
 from tasks.providers import create_provider  # noqa: E402
-from tasks.stages.chunk import document_text  # noqa: E402
+from tasks.datasets.document_text import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
-from tasks.stages.retrieve import search_documents  # noqa: E402
+from tasks.stages.maxp import search_documents  # noqa: E402
 
 CRANFIELD = Path("/work/shared/data/cranfield")
 

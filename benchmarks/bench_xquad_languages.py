@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks.analysis.breakdown import breakdown_table, paired_comparison  # noqa: E402
-from tasks.stages.chunk import document_text  # noqa: E402
+from tasks.datasets.document_text import document_text  # noqa: E402
 from tasks.stages.dataset import load_dataset  # noqa: E402
 from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
 from tasks.providers import create_provider  # noqa: E402
-from tasks.stages.retrieve import RUN_SCHEMA, trec_order  # noqa: E402
+from tasks.analysis.runs import RUN_SCHEMA, trec_order  # noqa: E402
 from tasks.analysis.score import score_runs  # noqa: E402
 
 XQUAD = ROOT.parent / "shared" / "data" / "xquad"

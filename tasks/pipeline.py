@@ -294,7 +294,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             "settings": [s.label for s in mine],
         }
     if tuned:
-        from tasks.stages.embed import full_fingerprint
+        from tasks.providers.fingerprint import full_fingerprint
         from tasks.stages.finetune_step import trained_spec
 
         manifest["providers"] |= {p.name: full_fingerprint(default_provider(trained_spec(p, tuned[p.name])))

@@ -168,7 +168,8 @@ def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str
 
 def latency_stage(provider: ProviderSpec, chunks_path: str, spec: BenchmarkSpec, remeasure: bool,
                   make_provider: Callable = default_provider) -> str:
-    from tasks.stages.embed import fingerprint_hash, full_fingerprint
+    from tasks.providers.fingerprint import full_fingerprint
+    from tasks.stages.embed import fingerprint_hash
     from tasks.stages.latency import profile_latency
     from tasks.stages.measurements import latency_table
     from tasks.store.files import stable_hash, write_parquet
@@ -288,6 +289,7 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
                   system_pairs: list | None) -> tuple[dict[str, str], str]:
     from tasks.analysis import ann, breakdown, failures, score, variants
     from tasks.analysis.setting_columns import labels_table, with_setting_columns
+    from tasks.config.measures import default_measures
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
     from tasks.stages.retrieve import write_trec_run
@@ -299,7 +301,7 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
     run = pl.concat([pl.read_parquet(r.path).with_columns(provider=pl.lit(r.provider)) for r in runs])
     settings = settings_table(spec).filter(pl.col("setting").is_in(run["provider"].unique().implode()))
     paired = baselines(settings)
-    per_query = score.score_runs(run, saved.qrels, saved.queries, score.default_measures(spec.k))
+    per_query = score.score_runs(run, saved.qrels, saved.queries, default_measures(spec.k))
     summary = score.summarize(per_query)
     overlap = ann.topk_overlap(run, spec.k)
     cut = 10 if 10 in spec.k else max(spec.k)

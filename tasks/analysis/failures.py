@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.stages.retrieve import trec_order
+from tasks.analysis.runs import trec_order
 
 SETTING = ["provider", "index", "nprobe"]
 FLAT = "flat"

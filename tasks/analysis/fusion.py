@@ -15,7 +15,7 @@ from typing import Literal, Sequence
 import polars as pl
 
 from tasks.analysis.metrics import evaluate, parse_measure
-from tasks.stages.retrieve import RUN_SCHEMA, trec_order
+from tasks.analysis.runs import RUN_SCHEMA, trec_order
 
 Normalization = Literal["minmax", "zscore"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.stages.chunk import document_text
+from tasks.analysis.runs import trec_order
+from tasks.datasets.document_text import document_text
 from tasks.datasets.model import Dataset
-from tasks.stages.retrieve import trec_order
 from tasks.store.files import write_text
 
 TRAIN_SPLIT = "dev"

@@ -31,13 +31,14 @@ tests/unit/test_metrics_vs_trec_eval.py):
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
+
+from tasks.config.measures import CUTOFF_RULES, check_cutoff, parse_measure_name
 
 log = logging.getLogger("retbench.metrics")
 
@@ -176,12 +177,7 @@ class Measure:
     k: int | None = None
 
     def at(self, k: int | None) -> "Measure":
-        if k is None and self.cutoff == "required":
-            raise ValueError(f"measure {self.name!r} needs a cutoff, e.g. {self.name}@10")
-        if k is not None and self.cutoff == "none":
-            raise ValueError(f"measure {self.name!r} takes no cutoff (got {self.name}@{k})")
-        if k is not None and k < 1:
-            raise ValueError(f"cutoff must be a positive integer (got {self.name}@{k})")
+        check_cutoff(self.name, self.cutoff, k)
         return Measure(self.name, self.kernel, self.cutoff, self.description, self.trec_eval, k)
 
     def compute(self, ranked: Ranked) -> np.ndarray:
@@ -199,6 +195,11 @@ MEASURES: dict[str, Measure] = {}
 def register(measure: Measure) -> Measure:
     if measure.name in MEASURES:
         raise ValueError(f"measure {measure.name!r} is already registered")
+    if CUTOFF_RULES.get(measure.name) != measure.cutoff:
+        # A spec is checked against those names (without numpy): a kernel they do not name could
+        # never be asked for, and one whose cutoff rule differs would be checked by the wrong rule.
+        raise ValueError(f"measure {measure.name!r} (cutoff {measure.cutoff!r}) is not declared in "
+                         f"tasks/config/measures.py CUTOFF_RULES (found {CUTOFF_RULES.get(measure.name)!r})")
     MEASURES[measure.name] = measure
     return measure
 
@@ -218,19 +219,11 @@ register(Measure("map", average_precision, "optional", "average precision (map_c
 register(Measure("hit_rate", hit_rate, "required", "1 if a relevant doc is in the top k",
                  "success.{k}"))
 
-_NAME = re.compile(r"^\s*([a-z_]+)\s*(?:@\s*(\d+))?\s*$")
-
-
 def parse_measure(name: str) -> Measure:
-    """``"ndcg@10"`` -> nDCG cut at 10. Case-insensitive; canonical names are lower case."""
-    m = _NAME.match(name.lower())
-    if not m or m.group(1) not in MEASURES:
-        known = ", ".join(f"{n}@k" if ms.cutoff == "required" else
-                          f"{n}[@k]" if ms.cutoff == "optional" else n
-                          for n, ms in MEASURES.items())
-        raise ValueError(f"unknown measure {name!r}; known measures: {known}")
-    k = m.group(2)
-    return MEASURES[m.group(1)].at(None if k is None else int(k))
+    """``"ndcg@10"`` -> nDCG cut at 10. Case-insensitive; canonical names are lower case
+    (the names and their grammar: tasks/config/measures.py)."""
+    base, k = parse_measure_name(name)
+    return MEASURES[base].at(k)
 
 
 # --- evaluation -------------------------------------------------------------------------

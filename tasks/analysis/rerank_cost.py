@@ -2,27 +2,9 @@
 the date the price was read, and the cost per 1,000 queries of the run that was reranked."""
 from __future__ import annotations
 
-from datetime import date
-
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
-class RerankPricing(BaseModel):
-    """A reranker's price: per 1,000 search units or per 1M tokens (one of them), and its date."""
-
-    model_config = ConfigDict(extra="forbid")
-    usd_per_1000_search_units: float | None = Field(None, ge=0)
-    usd_per_million_tokens: float | None = Field(None, ge=0)
-    price_date: date
-    source: str | None = Field(None, description="where the price was read, e.g. the pricing page URL")
-
-    @model_validator(mode="after")
-    def _one_unit(self):
-        if (self.usd_per_1000_search_units is None) == (self.usd_per_million_tokens is None):
-            raise ValueError("give exactly one of usd_per_1000_search_units and usd_per_million_tokens")
-        return self
-
+from tasks.config.measurement import RerankPricing
 
 RERANK_COST_SCHEMA = {
     "system": pl.String, "reranker": pl.String, "kind": pl.String, "unit": pl.String, "price": pl.Float64,

@@ -8,13 +8,6 @@ from tasks.analysis.metrics import evaluate
 SETTING = ["provider", "index", "nprobe"]
 
 
-def default_measures(ks: list[int]) -> list[str]:
-    """Recall@k, MRR and graded nDCG@k (linear gain, as trec_eval), plus the
-    exponential-gain nDCG (2^rel - 1) under its own name."""
-    measures = [f"recall@{k}" for k in ks] + ["mrr"] + [f"ndcg@{k}" for k in ks]
-    return measures + [f"ndcg_exp@{k}" for k in ks]
-
-
 def score_runs(run: pl.DataFrame, qrels: pl.DataFrame, queries: pl.DataFrame, measures: list[str],
                relevance_level: int = 1) -> pl.DataFrame:
     """Per-query table: provider, index, nprobe, query_id, measure, value, plus query language/category/split.

@@ -1,10 +1,10 @@
-"""Spec sections for what a run measures besides quality: latency profile and prices."""
+"""Spec sections for what a run measures besides quality: latency profile and prices (of providers and rerankers)."""
 from __future__ import annotations
 
 from datetime import date
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class LatencySpec(BaseModel):
@@ -35,3 +35,19 @@ class PricingSpec(BaseModel):
     price_date: date
     projected_documents: int = Field(1_000_000, ge=1, description="corpus size for the projected cost")
     source: str | None = Field(None, description="where the price was read, e.g. the pricing page URL")
+
+
+class RerankPricing(BaseModel):
+    """A reranker's price: per 1,000 search units or per 1M tokens (one of them), and its date."""
+
+    model_config = ConfigDict(extra="forbid")
+    usd_per_1000_search_units: float | None = Field(None, ge=0)
+    usd_per_million_tokens: float | None = Field(None, ge=0)
+    price_date: date
+    source: str | None = Field(None, description="where the price was read, e.g. the pricing page URL")
+
+    @model_validator(mode="after")
+    def _one_unit(self):
+        if (self.usd_per_1000_search_units is None) == (self.usd_per_million_tokens is None):
+            raise ValueError("give exactly one of usd_per_1000_search_units and usd_per_million_tokens")
+        return self

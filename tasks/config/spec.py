@@ -14,6 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from tasks.config.measurement import PricingSpec
+from tasks.config.measures import default_measures
 from tasks.config.sections import SpecSection, spec_sections
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
@@ -208,8 +209,6 @@ class _BenchmarkSpecBase(_Strict):
             raise ValueError(f"provider names must be unique; repeated: {duplicates}")
         if self.depth < max(self.k):
             raise ValueError(f"depth ({self.depth}) must be at least the largest k ({max(self.k)})")
-        from tasks.analysis.score import default_measures
-
         scored = default_measures(self.k)
         if self.report.primary_measure not in scored:
             raise ValueError(f"report.primary_measure {self.report.primary_measure!r} is not scored by this spec "

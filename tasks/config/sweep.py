@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tasks.config.measures import canonical_measure
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -112,9 +114,7 @@ class SweepSpec(BaseModel):
     @field_validator("measure")
     @classmethod
     def _known_measure(cls, value: str) -> str:
-        from tasks.analysis.metrics import parse_measure  # here: numpy is not needed to load a spec
-
-        return str(parse_measure(value))
+        return canonical_measure(value)
 
     @model_validator(mode="after")
     def _depth_covers_k(self):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.analysis.rerank_cost import RerankPricing
+from tasks.config.measurement import RerankPricing
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 # bm25s's own stop-word lists (by language code), plus a short Hindi list we ship (bm25s has none).

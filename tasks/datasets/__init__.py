@@ -2,8 +2,9 @@
 format's name in a registry; `dataset.format` in a spec is checked against its names.
 
 A format module reads a folder into rows (tasks/datasets/reader.py); validation into a Dataset is
-shared (tasks/datasets/model.py). To add a format: a module here that calls
-`register(FormatReader("name", frozenset({"name", ...options}), read_rows))`, listed in _load_builtin.
+shared (tasks/datasets/model.py). To add a format: a module here defining
+`READER = FormatReader("name", frozenset({"name", ...options}), read_rows)`, listed in _builtin
+(the module does not import this package: no import cycle).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ if TYPE_CHECKING:
     from tasks.datasets.reader import FormatReader
 
 
-def _load_builtin() -> None:
-    # Importing registers them; done lazily so `import tasks.datasets` stays cheap.
-    from tasks.datasets import beir, cranfield, glasgow, jsonl, xquad  # noqa: F401
+def _builtin() -> dict[str, FormatReader]:
+    # Imported on first lookup, so `import tasks.datasets` stays cheap.
+    from tasks.datasets import beir, cranfield, glasgow, jsonl, xquad
+
+    return {module.READER.name: module.READER for module in (beir, cranfield, glasgow, jsonl, xquad)}
 
 
-_REGISTRY: Registry[FormatReader] = Registry("dataset format", _load_builtin)
+_REGISTRY: Registry[FormatReader] = Registry("dataset format", _builtin)
 known_formats = _REGISTRY.kinds
 format_reader = _REGISTRY.get
 

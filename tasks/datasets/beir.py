@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets import register
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.jsonl import jsonl_docs
 from tasks.datasets.lines import UniqueIds, json_lines, parse_int, str_field, text_lines
@@ -73,4 +72,4 @@ def _read_beir_qrels(path: Path) -> Iterator[Judgment]:
         yield Judgment(fields[0], fields[1], parse_int(fields[2], where, "score"), where)
 
 
-register(FormatReader("beir", frozenset({"name"}), _read_beir))
+READER = FormatReader("beir", frozenset({"name"}), _read_beir)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets import register
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
 from tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
@@ -104,4 +103,4 @@ def _smart_records(path: Path, what: str) -> Iterator[tuple[str, int, dict[str, 
         yield where, number, record, strays
 
 
-register(FormatReader("cranfield", frozenset({"name"}), _read_cranfield))
+READER = FormatReader("cranfield", frozenset({"name"}), _read_cranfield)

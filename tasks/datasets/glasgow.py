@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets import register
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
 from tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
@@ -279,4 +278,4 @@ def _id_list(ids: list[str], limit: int = 40) -> str:
     return shown + (f" ... ({len(ids)} in all)" if len(ids) > limit else "")
 
 
-register(FormatReader("glasgow", frozenset({"name", "collection"}), _read_glasgow))
+READER = FormatReader("glasgow", frozenset({"name", "collection"}), _read_glasgow)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.datasets import register
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.lines import UniqueIds, int_field, json_lines, str_field
 from tasks.datasets.metadata import metadata_field, metadata_fields, parse_filter
@@ -99,4 +98,4 @@ def jsonl_docs(path: Path, id_key: str, what: str, metadata: dict[str, dict] | N
     return docs, detected
 
 
-register(FormatReader("jsonl", frozenset({"name"}), _read_jsonl))
+READER = FormatReader("jsonl", frozenset({"name"}), _read_jsonl)

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tasks.datasets import register
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.lines import UniqueIds, json_type, str_field
 from tasks.datasets.model import Judgment, RawCollection
@@ -126,4 +125,4 @@ def _read_json(path: Path, what: str) -> Any:
         raise DatasetError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
 
 
-register(FormatReader("xquad", frozenset({"name", "query_language", "doc_language", "dev_fraction"}), _read_xquad))
+READER = FormatReader("xquad", frozenset({"name", "query_language", "doc_language", "dev_fraction"}), _read_xquad)

@@ -10,12 +10,14 @@ from tasks.indexes.base import IndexKind, Parameter
 from tasks.registry import Registry
 
 
-def _load_builtin() -> None:
-    # Importing registers them; done lazily so `import tasks.indexes` stays cheap.
-    from tasks.indexes import builtin  # noqa: F401
+def _builtin() -> dict[str, IndexKind]:
+    # Imported on first lookup, so `import tasks.indexes` stays cheap.
+    from tasks.indexes.builtin import BUILTIN
+
+    return {kind.name: kind for kind in BUILTIN}
 
 
-_REGISTRY: Registry[IndexKind] = Registry("index", _load_builtin)
+_REGISTRY: Registry[IndexKind] = Registry("index", _builtin)
 known_kinds = _REGISTRY.kinds
 index_kind = _REGISTRY.get
 

@@ -13,13 +13,24 @@ from tasks.providers.base import Provider, Role
 from tasks.registry import Registry
 
 
-def _load_builtin() -> None:
-    # Importing registers them; done lazily so `import tasks.providers` stays cheap.
-    from tasks.providers import e5_multilingual, finetuned, hashing, sentence_transformers  # noqa: F401
-    from tasks.providers import cohere, ollama, openai_compatible, tei, voyage  # noqa: F401
+def _builtin() -> dict[str, type[Provider]]:
+    # Imported on first lookup, so `import tasks.providers` stays cheap.
+    from tasks.providers.cohere import CohereProvider
+    from tasks.providers.e5_multilingual import E5MultilingualProvider
+    from tasks.providers.finetuned import FinetunedProvider
+    from tasks.providers.hashing import HashingProvider
+    from tasks.providers.ollama import OllamaProvider
+    from tasks.providers.openai_compatible import OpenAICompatibleProvider
+    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from tasks.providers.tei import TEIProvider
+    from tasks.providers.voyage import VoyageProvider
+
+    return {provider.kind: provider for provider in (
+        E5MultilingualProvider, FinetunedProvider, HashingProvider, SentenceTransformersProvider,
+        CohereProvider, OllamaProvider, OpenAICompatibleProvider, TEIProvider, VoyageProvider)}
 
 
-_REGISTRY: Registry[type[Provider]] = Registry("provider", _load_builtin)
+_REGISTRY: Registry[type[Provider]] = Registry("provider", _builtin)
 register = _REGISTRY.register
 known_kinds = _REGISTRY.kinds
 provider_class = _REGISTRY.get

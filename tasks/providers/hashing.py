@@ -11,7 +11,6 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers import register
 from tasks.providers.base import Provider
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -63,6 +62,3 @@ class HashingProvider(Provider):
             for n in range(low, high + 1):
                 features += [f"c:{padded[i : i + n]}" for i in range(len(padded) - n + 1)]
         return features
-
-
-register("hashing")(HashingProvider)

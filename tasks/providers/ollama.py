@@ -5,7 +5,6 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.providers import register
 from tasks.providers.http_base import HttpOptions, HttpProvider
 
 
@@ -49,6 +48,3 @@ class OllamaProvider(HttpProvider):
             if model.get("name") in (self.options.model, f"{self.options.model}:latest"):
                 return model.get("digest")
         return None
-
-
-register("ollama")(OllamaProvider)

@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.providers import register
 from tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
 
 
@@ -51,6 +50,3 @@ class OpenAICompatibleProvider(HttpProvider):
 
     def expected_dim(self) -> int | None:
         return self.options.dimensions
-
-
-register("openai-compatible")(OpenAICompatibleProvider)

@@ -12,7 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers import register
 from tasks.providers.base import Provider
 from tasks.store.files import file_sha256
 
@@ -175,6 +174,3 @@ class SentenceTransformersProvider(Provider):
             out["dim"] = pooling_config.get("word_embedding_dimension")
             out["pooling"] = sorted(k for k, v in pooling_config.items() if v is True)
         return out
-
-
-register("sentence-transformers")(SentenceTransformersProvider)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.providers import register
 from tasks.providers.http_base import HttpOptions, HttpProvider
 
 
@@ -44,6 +43,3 @@ class TEIProvider(HttpProvider):
         response.raise_for_status()
         info = response.json()
         return {"model_id": info.get("model_id"), "model_sha": info.get("model_sha"), "version": info.get("version")}
-
-
-register("tei")(TEIProvider)

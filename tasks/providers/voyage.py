@@ -5,7 +5,6 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.providers import register
 from tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
 
 
@@ -46,6 +45,3 @@ class VoyageProvider(HttpProvider):
 
     def expected_dim(self) -> int | None:
         return self.options.output_dimension
-
-
-register("voyage")(VoyageProvider)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from tasks.stages.embed import full_fingerprint
+from tasks.providers.fingerprint import full_fingerprint
 from tasks.providers import create_provider
 from tasks.providers.secrets import redact_url
 

@@ -11,13 +11,20 @@ from tasks.rerankers.base import RerankBatch, Reranker, RerankerError
 from tasks.registry import Registry
 
 
-def _load_builtin() -> None:
-    # Importing registers them; lazily, so importing the package loads no model library.
-    from tasks.rerankers import cross_encoder, embedding_rescore  # noqa: F401
-    from tasks.rerankers import cohere_rerank, jina_rerank, tei_rerank, voyage_rerank  # noqa: F401
+def _builtin() -> dict[str, Callable[..., Reranker]]:
+    # Imported on first lookup, so importing the package loads no model library.
+    from tasks.rerankers.cohere_rerank import CohereReranker
+    from tasks.rerankers.cross_encoder import CrossEncoderReranker
+    from tasks.rerankers.embedding_rescore import EmbeddingRescoreReranker
+    from tasks.rerankers.jina_rerank import JinaReranker
+    from tasks.rerankers.tei_rerank import TeiReranker
+    from tasks.rerankers.voyage_rerank import VoyageReranker
+
+    return {reranker.kind: reranker for reranker in (
+        CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker)}
 
 
-_REGISTRY: Registry[Callable[..., Reranker]] = Registry("reranker", _load_builtin)
+_REGISTRY: Registry[Callable[..., Reranker]] = Registry("reranker", _builtin)
 register = _REGISTRY.register
 known_kinds = _REGISTRY.kinds
 

@@ -5,7 +5,6 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.rerankers import register
 from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
@@ -39,6 +38,3 @@ class CohereReranker(HttpReranker):
 
     def model_fingerprint(self) -> dict:
         return {"api": "v2-rerank", "max_tokens_per_doc": self.options.max_tokens_per_doc}
-
-
-register("cohere-rerank")(CohereReranker)

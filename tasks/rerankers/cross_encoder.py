@@ -8,7 +8,6 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.rerankers import register
 from tasks.rerankers.base import RerankBatch, checked_scores
 from tasks.store.files import file_sha256
 
@@ -65,6 +64,3 @@ class CrossEncoderReranker:
                                show_progress_bar=False, **kwargs)
         return RerankBatch(checked_scores(scores, len(documents), f"cross-encoder {self.path.name}"),
                            time.perf_counter() - started)
-
-
-register("cross-encoder")(CrossEncoderReranker)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.rerankers import register
 from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
@@ -29,6 +28,3 @@ class JinaReranker(HttpReranker):
     def usage(self, payload: Any):
         tokens = (payload.get("usage") or {}).get("total_tokens")
         return (int(tokens) if isinstance(tokens, (int, float)) else None), None
-
-
-register("jina-rerank")(JinaReranker)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.rerankers import register
 from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
@@ -32,6 +31,3 @@ class TeiReranker(HttpReranker):
 
     def model_fingerprint(self) -> dict:
         return {"truncate": self.options.truncate, "raw_scores": self.options.raw_scores}
-
-
-register("tei-rerank")(TeiReranker)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.rerankers import register
 from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
@@ -33,6 +32,3 @@ class VoyageReranker(HttpReranker):
 
     def model_fingerprint(self) -> dict:
         return {"truncation": self.options.truncation}
-
-
-register("voyage-rerank")(VoyageReranker)

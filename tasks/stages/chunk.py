@@ -1,6 +1,6 @@
 """Cut documents into chunks whose ids are stable across runs and whose offsets map back to the text.
 
-Every chunk is an exact slice `document_text(title, text)[start:end]`, so a retrieved chunk can
+Every chunk is an exact slice `document_text(title, text)[start:end]` (tasks/datasets/document_text.py), so a retrieved chunk can
 always be traced to its document and position.
 """
 
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import polars as pl
+
+from tasks.datasets.document_text import document_text
 
 STRATEGIES = ("none", "fixed", "sentence", "paragraph")
 UNITS = ("words", "tokens")
@@ -69,11 +71,6 @@ class ChunkConfig:
         if self.strategy in ("sentence", "paragraph"):
             return f"{self.strategy}_max-words-{self.max_words}"
         return "none"
-
-
-def document_text(title: str | None, text: str | None) -> str:
-    """The string chunks are cut from and their offsets index into: title, blank line, text."""
-    return "\n\n".join(part for part in (title, text) if part and part.strip())
 
 
 def chunk_corpus(corpus: pl.DataFrame, config: ChunkConfig) -> pl.DataFrame:

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
+from tasks.providers.fingerprint import full_fingerprint
 from tasks.stages.vectors import l2_normalized
 from tasks.store.build import StageResult, build_once
 from tasks.store import shards
@@ -42,10 +43,6 @@ from tasks.store.files import stable_hash, write_json
 from tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench.embed")
-
-# Added to every provider's own fingerprint: these are done here, for all providers.
-PIPELINE_FINGERPRINT = {"normalize": "l2", "dtype": "float32"}
-
 
 @dataclass(frozen=True, kw_only=True)
 class EmbeddingSet(StageResult):
@@ -68,18 +65,6 @@ class EmbeddingSet(StageResult):
     token_source: str = "none"  # usage | tokenizer | estimate (the weakest part of a mix); none if nothing embedded
     cached_tokens: int = 0
     cached_token_source: str = "none"  # tokenizer | estimate
-
-
-def full_fingerprint(provider: Provider) -> dict:
-    try:
-        fingerprint = provider.fingerprint()
-    except ModuleNotFoundError as error:
-        # Before anything is written: a missing engine must not look like a cache problem.
-        raise RuntimeError(
-            f"provider kind {getattr(provider, 'kind', '?')!r} needs the Python package {error.name!r}, which is not "
-            f"installed: pip install {error.name} (or reinstall retbench), then rerun"
-        ) from error
-    return {**fingerprint, **PIPELINE_FINGERPRINT}
 
 
 def fingerprint_hash(fingerprint: dict) -> str:
@@ -125,6 +110,13 @@ def embed_texts(
         if force:
             heal_cache(directory, store)  # the old rows of re-embedded texts are dead now
     return result
+
+
+def cached_vectors(provider: Provider, provider_name: str, ids: Sequence[str], texts: Sequence[str], role: Role,
+                   store: Path, batch_size: int = 64) -> np.ndarray:
+    """embed_texts, then the set's vectors in order: for a caller that wants an array, not a set
+    (the embedding-rescore reranker, which the rerank stage hands this bound to its store)."""
+    return load_vectors(embed_texts(provider, provider_name, ids, texts, role, store, batch_size=batch_size))[1]
 
 
 def set_address(provider: Provider, ids: Sequence[str], texts: Sequence[str], role: Role,

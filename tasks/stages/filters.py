@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from tasks.indexes import kind_of_index
+from tasks.stages.maxp import search_documents
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash
 from tasks.store.integrity import parquet_readable
@@ -130,8 +131,6 @@ def search_with_filters(index, queries: np.ndarray, query_ids: list[str], doc_co
     """search_documents for every query, the filtered ones restricted to the chunks of their allowed
     documents; returns the same hits frame (query row, chunk row, score). `search_parameters`:
     selector -> faiss.SearchParameters (default: found from the index, with `nprobe`)."""
-    from tasks.stages.retrieve import search_documents
-
     row_of = {q: i for i, q in enumerate(query_ids)}
     filtered = np.zeros(len(query_ids), dtype=bool)
     parts = []

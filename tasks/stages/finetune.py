@@ -23,7 +23,8 @@ from tasks.analysis.hard_negatives import HELD_OUT_SPLIT, TRAIN_SPLIT, TRIPLET_K
 from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
 from tasks.datasets.errors import DatasetError
-from tasks.stages.embed import fingerprint_hash, full_fingerprint
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import fingerprint_hash
 from tasks.store.build import StageResult, build_folder_once
 from tasks.store.files import stable_hash, write_json, write_parquet
 

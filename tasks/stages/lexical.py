@@ -24,8 +24,9 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
+from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.config.systems import LexicalSpec, TokenizerSpec
-from tasks.stages.retrieve import RUN_SCHEMA, document_run, trec_order
+from tasks.stages.maxp import document_run
 from tasks.store.build import StageResult, build_folder_once, build_once
 from tasks.store.files import file_sha256, stable_hash, write_parquet
 from tasks.store.integrity import parquet_readable, recorded_checksum

@@ -14,6 +14,7 @@ latency the rerank step adds per query.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -26,8 +27,9 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.analysis.cost import weakest_source
+from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.rerankers.base import RerankBatch, Reranker
-from tasks.stages.retrieve import RUN_SCHEMA, trec_order
+from tasks.stages.embed import cached_vectors
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_json, write_parquet
 from tasks.store import shards
@@ -89,8 +91,8 @@ def rerank_run(run: pl.DataFrame, reranker: Reranker, reranker_name: str, querie
     batch_size = batch_size or getattr(reranker, "documents_per_request", None) or 32
     if top_n < 1 or batch_size < 1:
         raise ValueError(f"top_n ({top_n}) and batch_size ({batch_size}) must be >= 1")
-    if hasattr(reranker, "attach_store"):
-        reranker.attach_store(store)
+    if hasattr(reranker, "attach_embedding_cache"):  # embedding-rescore: vectors through the store's cache
+        reranker.attach_embedding_cache(functools.partial(cached_vectors, store=Path(store)))
     fingerprint, fp_hash = fingerprint_hash(reranker)
     ranked = trec_order(run)
     top = _pairs(ranked.filter(pl.col("rank") <= top_n), queries, chunks, fp_hash)

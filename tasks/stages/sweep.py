@@ -35,7 +35,8 @@ from tasks.stages.sweep_grid import default_pq_m, default_pq_nbits, resolve_grid
 from tasks.analysis.ann_recommend import Recommendation, recommend, relative_loss  # noqa: F401  (re-exported)
 from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate
-from tasks.stages.retrieve import search_documents, trec_order
+from tasks.analysis.runs import trec_order
+from tasks.stages.maxp import search_documents
 from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
 
 # --- fidelity -----------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, st
                                   normalization=fusion.normalization, name=system.name, depth=cut)
             run, facts = choice.run, choice.manifest()
         run = run.with_columns(provider=pl.lit(system.name), index=pl.lit(label), nprobe=pl.lit(None, dtype=pl.Int64))
-        from tasks.stages.retrieve import RUN_SCHEMA, trec_order
+        from tasks.analysis.runs import RUN_SCHEMA, trec_order
 
         write_parquet(trec_order(run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)), tmp)
         return {"method": fusion.method, **facts}

@@ -18,6 +18,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.store.cache_dir import user_cache_dir
+from tasks.store.remote import uploaded
+
 
 def stable_hash(*parts: Any) -> str:
     """sha256 hex of a canonical JSON rendering of `parts` (dict key order does not matter)."""
@@ -61,11 +64,6 @@ def _file_sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int)
     return digest.hexdigest()
 
 
-def user_cache_dir() -> Path:
-    """This user's retbench cache (not the store): RETBENCH_CACHE, default ~/.cache/retbench."""
-    return Path(os.environ.get("RETBENCH_CACHE", Path.home() / ".cache" / "retbench"))
-
-
 def _hash_memo(path: str) -> Path:
     return user_cache_dir() / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
@@ -104,8 +102,6 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
 def _upload_if_in_object_store(path: Path) -> None:
     # Every store file is written here, so this is where an object store gets it: one PUT
     # of the finished file (tasks/store/remote.py; nothing happens for a local store).
-    from tasks.store.remote import uploaded
-
     try:
         uploaded(path)
     except BaseException:

@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tasks.store.build import write_checked
+from tasks.store.build import build_once
 from tasks.store.files import atomic_write
 from tasks.store.integrity import verify
 
@@ -39,12 +39,26 @@ def _paths(store: str | Path, section: str, key: str) -> tuple[Path, Path]:
 
 
 def keep(store: str | Path, section: str, key: str, files: list[str | Path], extra: dict) -> None:
-    """Copy the finished output `files` into the store under `key`, the index last."""
+    """Copy the finished output `files` into the store under `key`, the index last. Each write
+    goes through build_once (its lock, checksum and rename), always writing: the caller computed
+    these files because the copy kept under `key` was missing or damaged."""
     folder, index = _paths(store, section, key)
     for file in files:
-        write_checked(folder / Path(file).name, lambda tmp, source=file: shutil.copyfile(source, tmp))
+        build_once(store, folder / Path(file).name, _copy_of(file), force=True)
     text = json.dumps({"files": [Path(f).name for f in files], "extra": extra}, sort_keys=True)
-    write_checked(index, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    build_once(store, index, _text_of(text), force=True)
+
+
+def _copy_of(source: str | Path):
+    def write(tmp: str) -> None:  # None: build_once would store a returned value as metadata
+        shutil.copyfile(source, tmp)
+    return write
+
+
+def _text_of(text: str):
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(text, encoding="utf-8")
+    return write
 
 
 def reuse(store: str | Path, section: str, key: str, output_dir: str | Path) -> dict | None:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from tasks.store.files import user_cache_dir
+from tasks.store.cache_dir import user_cache_dir
 
 log = logging.getLogger("retbench.store")
 

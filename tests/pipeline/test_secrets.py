@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from tasks.stages.embed import embed_texts, full_fingerprint
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import embed_texts
 from tasks.providers import create_provider
 from tasks.providers.http_base import HttpAuthError, HttpRequestError
 from tasks.providers.secrets import SecretLookupError, redact, resolve_secret

@@ -8,7 +8,8 @@ import pytest
 from tasks.config.spec import BenchmarkSpec
 from tasks.providers import create_provider
 from tasks.reporting.manifest import redacted_spec
-from tasks.stages.embed import embed_texts, full_fingerprint
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import embed_texts
 from support.faulty_server import FaultyServer, vector_for
 
 URL_KEY = "url-key-0123456789"

@@ -1,7 +1,8 @@
 import polars as pl
 import pytest
 
-from tasks.stages.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans, document_text
+from tasks.datasets.document_text import document_text
+from tasks.stages.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans
 
 ENGLISH = (
     "The wing was tested in a slipstream. Lift rose with the angle of attack!\n\n"

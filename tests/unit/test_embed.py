@@ -3,7 +3,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, full_fingerprint, load_vectors, shard_paths
+from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, load_vectors, shard_paths
 from tasks.providers import Provider, create_provider
 
 

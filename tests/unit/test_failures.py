@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 from tasks.analysis.failures import FAILURE_SCHEMA, failure_counts, failure_table
-from tasks.stages.retrieve import RUN_SCHEMA
+from tasks.analysis.runs import RUN_SCHEMA
 
 FLAT = ("m", "flat", None)
 IVF = ("m", "ivf", 1)

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tasks.analysis.fusion import choose_alpha, normalized_scores, reciprocal_rank_fusion, score_fusion
-from tasks.stages.retrieve import RUN_SCHEMA
+from tasks.analysis.runs import RUN_SCHEMA
 
 
 def run(name: str, rows: list[tuple[str, str, float]]) -> pl.DataFrame:

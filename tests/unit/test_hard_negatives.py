@@ -14,7 +14,7 @@ from tasks.analysis.hard_negatives import (
     hard_negative_triples,
     write_triples,
 )
-from tasks.stages.retrieve import RUN_SCHEMA
+from tasks.analysis.runs import RUN_SCHEMA
 
 CORPUS = pl.DataFrame([
     ("r1", "Refunds", "Refunds take 5 days.", "en"),

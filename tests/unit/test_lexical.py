@@ -11,9 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.config.systems import LexicalSpec, TokenizerSpec
 from tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index, search_bm25
-from tasks.stages.retrieve import RUN_SCHEMA, trec_order
 from support.paths import SHARED_DATA
 
 DATA = SHARED_DATA if SHARED_DATA.is_dir() else Path("/work/shared/data")

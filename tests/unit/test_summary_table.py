@@ -1,7 +1,7 @@
 """The summary's columns: every measure, in reading order (recall@k by k, mrr, ndcg@k by k, then the rest)."""
 import polars as pl
 
-from tasks.analysis.score import default_measures
+from tasks.config.measures import default_measures
 from tasks.reporting.tables import summary_table_text, summary_wide
 
 

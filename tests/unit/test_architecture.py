@@ -285,3 +285,21 @@ def top_level_names(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
     return found
+
+
+def test_every_test_file_is_in_a_layer():
+    """tests/unit: pure functions and stages on small inputs; tests/pipeline: whole runs, Prefect,
+    real models and servers. A test file left at tests/ would belong to neither."""
+    assert sorted(p.name for p in (ROOT / "tests").glob("test_*.py")) == []
+
+
+# This file is the exception: it reads the code (and imports the pipeline module to see that it imports).
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "tests" / "unit").glob("test_*.py") if p.name != "test_architecture.py"),
+                         ids=lambda p: p.name)
+def test_unit_tests_run_no_pipeline_no_prefect_and_no_server(path):
+    pipeline_level = {"tasks.pipeline", "flows.benchmark", "flows.cli", "flows.prefect_server", "prefect",
+                      "support.faulty_server", "support.latency_server", "support.moto_s3", "support.headless",
+                      "support.crash_worker"}
+    names = top_level_names(path)
+    assert not {n for n in names if n in pipeline_level or n.startswith("prefect.")}
+    assert "prefect_harness" not in path.read_text(encoding="utf-8")

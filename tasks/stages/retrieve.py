@@ -39,6 +39,9 @@ class RunResult(StageResult):
     nprobe: int | None
     queries: int
     search_seconds: float  # FAISS search plus MaxP, when computed; 0 when reused
+    # Every query-time parameter of the search as sorted (name, value) pairs, nprobe included: the
+    # `params` column of its Setting (tasks/config/setting.py). `index` keeps the kind's run label.
+    query_params: tuple = ()
 
 
 def retrieve(
@@ -82,7 +85,9 @@ def retrieve(
 
     made = build_once(store, path, build, parse=parquet_readable, force=force)
     return RunResult(path=str(path), key=key, computed=made.computed, seconds=made.seconds, provider=built.provider,
-                     index=index_label(built.settings.kind, params), nprobe=nprobe, queries=query_set.count, search_seconds=searched["seconds"])
+                     index=index_label(built.settings.kind, params), nprobe=nprobe, queries=query_set.count,
+                     search_seconds=searched["seconds"],
+                     query_params=tuple(sorted({**params, **({} if nprobe is None else {"nprobe": nprobe})}.items())))
 
 
 def index_label(kind: str, query_params: dict | None) -> str:

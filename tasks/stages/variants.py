@@ -43,9 +43,11 @@ class VariantSetting:
     kind: str  # baseline | chunking | query
     baseline: str | None
 
-    def setting(self, index: str, nprobe: int | None) -> Setting:
-        """This (provider, chunking, query variant) searched with one index kind; its label is this label."""
-        return Setting(FirstStage.dense(self.provider, index, {} if nprobe is None else {"nprobe": nprobe}),
+    def setting(self, index: str, nprobe: int | None, query_params: dict | None = None) -> Setting:
+        """This (provider, chunking, query variant) searched with one index (its run label) and its
+        query parameters (default: nprobe alone)."""
+        params = dict(query_params) if query_params else ({} if nprobe is None else {"nprobe": nprobe})
+        return Setting(FirstStage.dense(self.provider, index, params),
                        chunking=self.chunking if self.kind == "chunking" else None, query_variant=self.query_variant)
 
 
@@ -80,10 +82,10 @@ def run_settings(spec: BenchmarkSpec, runs: list) -> list[Setting]:
         if getattr(run, "setting", None) is not None:
             settings.append(run.setting)
         elif run.provider in planned:
-            settings.append(planned[run.provider].setting(run.index, run.nprobe))
+            settings.append(planned[run.provider].setting(run.index, run.nprobe, dict(run.query_params)))
         else:
             settings.append(VariantSetting(run.provider, run.provider, "", RAW_QUERIES, "baseline", None)
-                            .setting(run.index, run.nprobe))
+                            .setting(run.index, run.nprobe, dict(run.query_params)))
     return settings
 
 

@@ -74,6 +74,10 @@ def test_a_kind_registered_in_a_test_runs_through_the_pipeline_and_the_report(tm
     assert {"sq4_train-500_seed-0.faiss", "hnsw_M-8_efc-40.faiss", "flat.faiss"} <= set(built)
     summary = pl.read_parquet(out / "summary.parquet")
     assert set(summary["index"]) == {"flat", "ivf", "sq4", "hnsw-ef_search16"}
+    # Every query-time parameter is in `params`, nprobe and efSearch alike; `index` keeps the run label.
+    named = set(summary.select("setting", "params", "index", "nprobe").unique().rows())
+    assert {("hashing/hnsw-ef_search16", '{"ef_search": 16}', "hnsw-ef_search16", None),
+            ("hashing/sq4", "{}", "sq4", None), ("hashing/ivf", '{"nprobe": 2}', "ivf", 2)} <= named
     per_query = pl.read_parquet(out / "per_query.parquet")
     assert per_query.filter(pl.col("index") == "sq4").height == per_query.filter(pl.col("index") == "flat").height
     sweep = pl.read_parquet(out / "ann_sweep.parquet")

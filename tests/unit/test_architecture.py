@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("L3 analysis", ("tasks.analysis",)),
     ("L4 stages", ("tasks.stages",)),
     ("L5 reporting", ("tasks.reporting",)),
-    ("L6 wiring", ("tasks.stage_calls", "tasks.pipeline", "tasks.stage_units", "tasks.stage_list")),
+    ("L6 wiring", ("tasks.stage_calls", "tasks.pipeline", "tasks.stage_units", "tasks.stage_list", "tasks.side_stages")),
     ("L7 entry points", ("flows",)),
 )
 PACKAGES = ("tasks", "flows")  # what the layers cover (tests and benchmarks may import anything)

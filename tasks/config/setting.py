@@ -142,13 +142,8 @@ class Setting:
         if isinstance(stage, FirstStage):
             return f"bm25:{stage.lexical}" if stage.lexical is not None else f"{self.variant_label}/{stage.index}"
         if isinstance(stage, Fusion):
-            return f"{stage.index_kind}({', '.join(i.reference for i in stage.inputs)})"
-        return f"{stage.input.reference} >> {stage.reranker}@{stage.top_n}"
-
-    @property
-    def reference(self) -> str:
-        """How a `systems:` entry names this stage: its label (`minilm/flat`, `bm25:plain`, a system's name)."""
-        return self.label
+            return f"{stage.index_kind}({', '.join(i.label for i in stage.inputs)})"
+        return f"{stage.input.label} >> {stage.reranker}@{stage.top_n}"
 
     @property
     def provider(self) -> str:

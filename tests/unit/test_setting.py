@@ -18,7 +18,7 @@ def test_a_dense_setting_is_labelled_provider_slash_index_and_carries_nprobe_in_
     flat, ivf = dense("minilm"), dense("minilm", "ivf", 4)
     assert flat.columns() == ("minilm/flat", "{}", "minilm", "flat", None)
     assert ivf.columns() == ("minilm/ivf", '{"nprobe": 4}', "minilm", "ivf", 4)
-    assert flat.reference == "minilm/flat" and ivf.reference == "minilm/ivf"
+    assert flat.label == "minilm/flat" and ivf.label == "minilm/ivf"
     assert flat.key != ivf.key != dense("minilm", "ivf", 8).key
 
 
@@ -36,7 +36,7 @@ def test_variant_labels_carry_the_variant_marks_of_the_provider_column():
 
 def test_bm25_is_labelled_bm25_colon_name_and_its_provider_column_is_the_name():
     bm25 = Setting(FirstStage.bm25("plain"))
-    assert bm25.columns() == ("bm25:plain", "{}", "plain", "bm25", None) and bm25.reference == "bm25:plain"
+    assert bm25.columns() == ("bm25:plain", "{}", "plain", "bm25", None) and bm25.label == "bm25:plain"
 
 
 def test_a_reranked_hybrid_is_labelled_by_its_name_and_its_hybrid_by_name_slash_rrf():

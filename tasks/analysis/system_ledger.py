@@ -20,6 +20,8 @@ SYSTEMS_SCHEMA = {
     "first_stage_p50_ms": pl.Float64, "first_stage_p95_ms": pl.Float64,
     "added_p50_ms": pl.Float64, "added_p95_ms": pl.Float64, "total_p95_ms_upper_bound": pl.Float64,
     "usd_per_1000_queries": pl.Float64,
+    # The added p95's noise band (order statistics of the per-query times; null where unmeasured).
+    "added_p95_ms_low": pl.Float64, "added_p95_ms_high": pl.Float64,
 }
 
 
@@ -45,10 +47,12 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
         facts = s.facts or {}
         first_provider = s.first[0] if s.first else None
         p50, p95 = embed_ms.get(first_provider, (None, None))
-        added50 = added95 = None
+        added50 = added95 = added95_low = added95_high = None
         usd = query_usd.get(first_provider)
         if s.kind == "rerank":
             added50, added95 = facts["latency"]["p50"] * 1000, facts["latency"]["p95"] * 1000
+            if "p95_low" in facts["latency"]:  # absent from facts cached before the band was kept
+                added95_low, added95_high = facts["latency"]["p95_low"] * 1000, facts["latency"]["p95_high"] * 1000
             spec = rerankers[facts["reranker"]]
             row = rerank_cost_row(SimpleNamespace(system=s.system, queries=facts["latency"]["queries"], **{
                 k: facts[k] for k in ("reranker", "pairs", "search_units", "tokens", "token_source", "scored", "from_cache")}),
@@ -66,7 +70,7 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
                      "second": _name(s.second), "reranker": facts.get("reranker"), "top_n": facts.get("top_n"),
                      "alpha": facts.get("alpha"), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
                      "added_p50_ms": added50, "added_p95_ms": added95, "total_p95_ms_upper_bound": total,
-                     "usd_per_1000_queries": usd})
+                     "usd_per_1000_queries": usd, "added_p95_ms_low": added95_low, "added_p95_ms_high": added95_high})
     tables = {"systems": pl.DataFrame(rows, schema=SYSTEMS_SCHEMA)}
     if rerank_rows:
         tables["rerank_cost"] = rerank_cost_table(rerank_rows)

@@ -96,8 +96,10 @@ def _png(figure) -> str:
 
 
 @_memoised
-def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str) -> str:
-    """Horizontal bars of the measure per setting, best at the top, 95% interval whiskers."""
+def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str | None,
+                 threshold: float | None = None) -> str:
+    """Horizontal bars of the measure per setting, best at the top, 95% interval whiskers; a dotted
+    line at `threshold` (the best's mean minus the verdict's margin)."""
     plt = load_matplotlib()
     rows = settings.sort("mean", descending=False, nulls_last=False)
     labels = rows["label"].to_list()
@@ -110,9 +112,8 @@ def quality_bars(settings: pl.DataFrame, measure: str, best: str, cheapest: str)
     axis.set_yticks(range(len(labels)), [safe(l) for l in labels], fontsize=9)
     axis.set_xlabel(f"{measure} (mean over queries, 95% bootstrap interval)")
     axis.set_xlim(0, min(1.0, max(h + m for h, m in zip(high, means)) * 1.05 or 1.0))
-    best_low = settings.filter(pl.col("label") == best)["ci_low"].to_list()
-    if best_low and best_low[0] is not None:
-        axis.axvline(best_low[0], color=BEST, linestyle=":", linewidth=1)
+    if threshold is not None:
+        axis.axvline(threshold, color=BEST, linestyle=":", linewidth=1)
     axis.grid(axis="x", alpha=0.3)
     return _png(figure)
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
-from tasks.reporting.verdict import (SETTING, Verdict, decide, fmt_bytes, label_expr, read_table, verdict_frame,
+from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
 from tasks.store.files import write_text
 
@@ -167,12 +167,32 @@ def verdict_section(verdict: Verdict) -> Section:
     section = Section("Verdict", "verdict")
     section.blocks.append(("verdict", verdict_sentences(verdict)))
     _table(section, verdict_frame(verdict))
-    best, cheap = verdict.best["label"], verdict.cheapest["label"]
-    caption = (f"{verdict.measure} of every setting with its 95% bootstrap interval over queries. Green: the best "
-               f"setting; blue: the cheapest setting within the best's interval. The dotted line is the lower end of "
-               f"the best's interval: a bar ending right of it is within the interval. Overlapping whiskers mean the "
-               f"data cannot tell those settings apart.")
-    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, best, cheap), f"{verdict.measure} per setting", caption)
+    pick = verdict.as_good_and_cheaper.row["label"] if verdict.as_good_and_cheaper else None
+    threshold = verdict.best["mean"] - verdict.margin.value
+    queries = f"the {verdict.scope.queries} test queries" if verdict.scope.held_out else "the queries"
+    caption = (f"{verdict.measure} of every setting over {queries}, with its 95% bootstrap interval. Green: the best "
+               f"setting; blue: the setting as good as the best and cheaper"
+               + ("" if pick else " (none qualifies in this run)")
+               + f". The dotted line is the best's mean minus the margin ({verdict.margin.value:.3f}): a setting counts as "
+               "'as good' only when a paired one-sided test puts its difference from the best above that line, which a "
+               "bar ending right of it does not prove. Overlapping whiskers mean the data cannot tell those settings apart.")
+    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, verdict.best["label"], pick, threshold),
+            f"{verdict.measure} per setting", caption)
+    return section
+
+
+def tuning_section(verdict: Verdict) -> Section | None:
+    """The non-test queries' results, apart from the verdict: what tuning saw."""
+    frame = dev_frame(verdict)
+    if frame is None:
+        return None
+    section = Section("Tuning evidence (not held out)", "tuning")
+    split = verdict.dev["n"].max() if verdict.dev is not None else 0
+    _p(section, f"Every setting on the {split} queries outside the test split, beside its test mean. Anything chosen "
+                "in this run (fusion weights, fine-tuned weights, the ANN recommendation) was chosen on these queries; "
+                "the verdict above uses the test queries only. A setting whose dev rank is far above its test rank "
+                "was flattered by the queries it was tuned on.")
+    _table(section, frame)
     return section
 
 
@@ -518,6 +538,7 @@ class ReportInputs:
 SECTIONS = (
     ("verdict", lambda r: verdict_section(r.verdict)),
     ("tradeoffs", lambda r: tradeoff_section(r.verdict, r.output_dir, r.measure)),
+    ("tuning", lambda r: tuning_section(r.verdict)),
     ("regressions", lambda r: regressions_section(r.regressions)),
     ("failures", lambda r: failures_section(r.output_dir, r.verdict, r.texts)),
     ("unjudged", lambda r: unjudged_section(r.output_dir)),

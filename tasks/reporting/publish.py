@@ -58,7 +58,8 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         history.append_run(store, run_id, manifest, summary, per_query)
     measure = spec.report.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
-    verdict = decide(output_dir, measure)
+    verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None)
+    write_parquet(verdict.assessment(), output_dir / "verdict.parquet")
     with figures.cached_in(store):
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
                                           measure=measure, texts=report_texts(manifest), verdict=verdict,

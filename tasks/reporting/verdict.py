@@ -1,158 +1,82 @@
-"""The report's answer: one row per setting with its quality interval, cost, latency and size,
-and the verdict drawn from it (best setting, its paired test against the runner-up, and the
-cheapest setting whose quality lies within the best's 95% interval)."""
+"""The report's answer, drawn on held-out queries: the best setting, its paired test against the
+runner-up, and a setting shown to be as good as the best (within a stated margin, one-sided
+paired test) and cheaper on a measured axis beyond its noise, or the statement that none is."""
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from tasks.analysis.breakdown import paired_comparison
+from tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
+from tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
+from tasks.reporting.settings_table import (SETTING, label_expr, read_table, setting_label,  # noqa: F401 (re-exported)
+                                            settings_table)
 
-SETTING = ["provider", "index", "nprobe"]
 ALPHA = 0.05
-_NLIST = re.compile(r"nlist-(\d+)")
+HELD_OUT = "test"
 
 
-def setting_label(provider: str, index: str, nprobe: int | None) -> str:
-    return f"{provider} {index}" + ("" if nprobe is None else f" nprobe={nprobe}")
+# --- which queries, which margin -----------------------------------------------------------------
 
 
-def label_expr() -> pl.Expr:
-    return pl.concat_str([pl.col("provider"), pl.lit(" "), pl.col("index"),
-                          pl.when(pl.col("nprobe").is_null()).then(pl.lit(""))
-                          .otherwise(pl.lit(" nprobe=") + pl.col("nprobe").cast(pl.String))])
+@dataclass(frozen=True)
+class Scope:
+    """The queries the verdict is drawn on: one split's (`split`), or every query (None)."""
+
+    split: str | None
+    queries: int
+    splits: dict[str, int]  # every judged split -> its queries
+
+    @property
+    def held_out(self) -> bool:
+        return self.split == HELD_OUT and len(self.splits) > 1
+
+    def first_line(self) -> str:
+        if self.held_out:
+            others = ", ".join(f"{n} {s}" for s, n in self.splits.items() if s != HELD_OUT)
+            return (f"Held-out verdict: drawn on the {self.queries} test queries only; the other queries ({others}) "
+                    "are tuning evidence, shown apart under 'Tuning evidence'.")
+        if len(self.splits) == 1:
+            (name, n), = self.splits.items()
+            return (f"Only one split is judged in this run ({name}, {n} queries): the verdict is over all of them, "
+                    "and nothing was held out from tuning.")
+        named = ", ".join(f"{n} {s}" for s, n in self.splits.items())
+        return (f"No held-out test queries in this run ({named}): the verdict is over all {self.queries} queries, "
+                "which tuning may have seen.")
 
 
-def read_table(output_dir: Path, name: str) -> pl.DataFrame | None:
-    path = Path(output_dir) / f"{name}.parquet"
-    return pl.read_parquet(path) if path.exists() else None
+def verdict_scope(per_query: pl.DataFrame | None, measure: str) -> Scope:
+    """The test split when it is judged beside another split; else every query."""
+    if per_query is None or "split" not in per_query.columns:
+        return Scope(None, 0, {})
+    rows = per_query.filter(pl.col("measure") == measure)
+    counts = dict(rows.group_by("split").agg(pl.col("query_id").n_unique()).sort("split").rows())
+    if HELD_OUT in counts:
+        return Scope(HELD_OUT, counts[HELD_OUT], counts)
+    return Scope(None, sum(counts.values()), counts)
 
 
-def _quality(summary: pl.DataFrame, breakdown: pl.DataFrame | None, measure: str) -> pl.DataFrame:
-    """provider, index, nprobe, mean, ci_low, ci_high, n for `measure` (interval from the breakdown)."""
-    rows = summary.filter(pl.col("measure") == measure)
-    if rows.is_empty():
-        raise ValueError(f"summary has no measure {measure!r} (found {sorted(set(summary['measure']))})")
-    quality = rows.select(*SETTING, mean="value", n=pl.col("queries").cast(pl.Int64))
-    if breakdown is not None:
-        ci = breakdown.filter((pl.col("slice_kind") == "all") & (pl.col("measure") == measure)).select(*SETTING, "ci_low", "ci_high")
-        return quality.join(ci, on=SETTING, how="left", nulls_equal=True)
-    return quality.with_columns(ci_low=pl.lit(None, pl.Float64), ci_high=pl.lit(None, pl.Float64))
+@dataclass(frozen=True)
+class Margin:
+    value: float
+    source: str  # where the value comes from, in words
 
 
-def _search_latency(settings: pl.DataFrame, sweep: pl.DataFrame | None, storage: pl.DataFrame | None) -> pl.DataFrame:
-    """One-query search time (single thread) from the ANN sweep, for the settings it measured:
-    flat, and IVF at the same nlist (read from the index file name) and nprobe."""
-    out = []
-    nlists = {}
-    if storage is not None and storage.height:
-        for provider, name in storage.select("provider", "index").rows():
-            found = _NLIST.search(name or "")
-            if found and name.startswith("ivf"):
-                nlists[provider] = int(found.group(1))
-    rows = [] if sweep is None or "p50_ms_single_thread" not in sweep.columns else sweep.select(
-        "provider", "index_kind", "build_params", "query_params", "p50_ms_single_thread", "p95_ms_single_thread").rows()
-    measured = {}
-    for provider, kind, build, query, p50, p95 in rows:
-        build, query = json.loads(build or "{}"), json.loads(query or "{}")
-        if kind == "flat":
-            measured[(provider, "flat", None)] = (p50, p95)
-        elif kind == "ivf" and build.get("nlist") == nlists.get(provider) and "nprobe" in query:
-            measured[(provider, "ivf", int(query["nprobe"]))] = (p50, p95)
-    for provider, index, nprobe in settings.select(SETTING).rows():
-        p50, p95 = measured.get((provider, index, nprobe), (None, None))
-        out.append((provider, index, nprobe, p50, p95))
-    return pl.DataFrame(out, schema={"provider": pl.String, "index": pl.String, "nprobe": pl.Int64,
-                                     "search_p50_ms": pl.Float64, "search_p95_ms": pl.Float64}, orient="row")
+def verdict_margin(spec: VerdictSpec | None, loss_budget: float | None, best_mean: float) -> Margin:
+    """verdict.margin when set; else the sweep's loss budget (relative) made absolute on the best's
+    mean; else the default."""
+    if spec is not None and spec.margin is not None:
+        return Margin(spec.margin, "verdict.margin")
+    if loss_budget:
+        return Margin(loss_budget * best_mean, f"the sweep's loss_budget, {100 * loss_budget:g}% of the best's {best_mean:.3f}")
+    return Margin(DEFAULT_MARGIN, "the default; set verdict.margin to change it")
 
 
-def _with_system_latency(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.DataFrame:
-    """Latency and cost of the BM25, hybrid and reranked settings (systems.parquet), made of their
-    stages': a system embeds what its dense stages embed, and searches what its stages search
-    plus its own added step (the BM25 search, the rerank calls). Unmeasured parts stay null."""
-    if systems is None or systems.is_empty():
-        return table
-    rows = {(r["provider"], r["index"], r["nprobe"]): r for r in table.iter_rows(named=True)}
-    by_name = {f"{p}/{i}" + ("" if n is None else f"@{n}"): r for (p, i, n), r in rows.items()}
-    systems_by_name = {s["system"]: s for s in systems.iter_rows(named=True)}
-
-    def stage_latency(name: str | None):
-        """(embed p50, p95, search p50, p95) of one first stage by its setting name."""
-        if name is None:
-            return 0.0, 0.0, 0.0, 0.0
-        if name.startswith("bm25/"):  # a BM25 first stage is listed as a system of its own
-            bm25 = systems_by_name.get(name.split("/", 1)[0])
-            added = (bm25 or {}).get("added_p50_ms"), (bm25 or {}).get("added_p95_ms")
-            return 0.0, 0.0, *added
-        row = by_name.get(name) or {}
-        return row.get("embed_p50_ms"), row.get("embed_p95_ms"), row.get("search_p50_ms"), row.get("search_p95_ms")
-
-    def total(*parts):
-        return None if any(p is None for p in parts) else float(sum(parts))
-
-    updated = []
-    for row in table.iter_rows(named=True):
-        system = systems_by_name.get(row["provider"])
-        if system is not None and system["index"] == row["index"]:
-            if system["kind"] == "bm25":
-                parts = [(0.0, 0.0, 0.0, 0.0)]
-            else:
-                parts = [stage_latency(system["first"]), stage_latency(system["second"])]
-            added50 = system["added_p50_ms"] if system["kind"] != "hybrid" else 0.0  # fusing lists: no call
-            added95 = system["added_p95_ms"] if system["kind"] != "hybrid" else 0.0
-            row = {**row, "embed_p50_ms": total(*(p[0] for p in parts)), "embed_p95_ms": total(*(p[1] for p in parts)),
-                   "search_p50_ms": total(*(p[2] for p in parts), added50),
-                   "search_p95_ms": total(*(p[3] for p in parts), added95),
-                   "usd_per_1k_queries": system["usd_per_1000_queries"] if row.get("usd_per_1k_queries") is None
-                   else row["usd_per_1k_queries"]}
-        updated.append(row)
-    return pl.DataFrame(updated, schema=table.schema)
-
-
-def settings_table(output_dir: Path, measure: str) -> pl.DataFrame:
-    """One row per setting, best first: label, quality with interval, cost, latency, index bytes.
-
-    Cost is the provider's query-embedding price per 1,000 queries (null when unpriced);
-    embed latency is the latency profile at batch size 1 (one text per call, no concurrency);
-    search latency comes from the ANN sweep; query latency adds the two when both were measured
-    (a sum of percentiles, so a slight overestimate of the percentile of the sum).
-    """
-    output_dir = Path(output_dir)
-    summary = read_table(output_dir, "summary")
-    if summary is None:
-        raise FileNotFoundError(f"{output_dir / 'summary.parquet'} not found: run the score stage first")
-    table = _quality(summary, read_table(output_dir, "breakdown"), measure)
-    cost = read_table(output_dir, "cost")
-    if cost is not None and cost.height and "usd_per_1000_queries" in cost.columns:
-        table = table.join(cost.select("provider", usd_per_1k_queries="usd_per_1000_queries"), on="provider", how="left")
-    else:
-        table = table.with_columns(usd_per_1k_queries=pl.lit(None, pl.Float64))
-    latency = read_table(output_dir, "latency")
-    if latency is not None and latency.height:
-        one = latency.filter((pl.col("batch_size") == 1) & (pl.col("concurrency") == 1) if "concurrency" in latency.columns
-                             else pl.col("batch_size") == 1)
-        table = table.join(one.group_by("provider").agg(embed_p50_ms=pl.col("p50_ms").first(), embed_p95_ms=pl.col("p95_ms").first()),
-                           on="provider", how="left")
-    else:
-        table = table.with_columns(embed_p50_ms=pl.lit(None, pl.Float64), embed_p95_ms=pl.lit(None, pl.Float64))
-    storage = read_table(output_dir, "storage")
-    table = table.join(_search_latency(table, read_table(output_dir, "ann_sweep"), storage), on=SETTING, how="left", nulls_equal=True)
-    if storage is not None and storage.height:
-        sizes = storage.filter(pl.col("index").is_not_null()).select(
-            "provider", index=pl.col("index").str.extract(r"^([A-Za-z0-9]+)"), index_bytes="index_bytes")
-        table = table.join(sizes.unique(["provider", "index"]), on=["provider", "index"], how="left")
-    else:
-        table = table.with_columns(index_bytes=pl.lit(None, pl.Int64))
-    table = _with_system_latency(table, read_table(output_dir, "systems"))
-    return (table.with_columns(
-        label=label_expr(),
-        query_p50_ms=pl.col("embed_p50_ms") + pl.col("search_p50_ms"),
-        query_p95_ms=pl.col("embed_p95_ms") + pl.col("search_p95_ms"),
-    ).sort(["mean", "provider", "index", "nprobe"], descending=[True, False, False, False], nulls_last=True))
+# --- tests ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -168,75 +92,161 @@ class Comparison:
         return self.p_value < ALPHA and (self.ci_low > 0 or self.ci_high < 0)
 
 
-def paired(output_dir: Path, a: tuple, b: tuple, measure: str, per_query: pl.DataFrame | None = None) -> Comparison | None:
-    """a - b on the primary measure: from comparisons.parquet when the run compared the pair
-    (either way round), else a paired bootstrap + randomisation test on per_query."""
-    comparisons = read_table(output_dir, "comparisons")
-    if comparisons is not None and comparisons.height:
-        for first, second, sign in ((a, b, 1.0), (b, a, -1.0)):
-            match = comparisons.filter(
-                (pl.col("measure") == measure) & (pl.col("a_provider") == first[0]) & (pl.col("a_index") == first[1])
-                & pl.col("a_nprobe").eq_missing(first[2]) & (pl.col("b_provider") == second[0])
-                & (pl.col("b_index") == second[1]) & pl.col("b_nprobe").eq_missing(second[2]))
-            if match.height:
-                row = match.row(0, named=True)
-                low, high = (row["ci_low"], row["ci_high"]) if sign > 0 else (-row["ci_high"], -row["ci_low"])
-                return Comparison(sign * row["diff"], low, high, row["p_value"], row["n"])
-    if per_query is None:
-        per_query = read_table(output_dir, "per_query")
-    if per_query is None:
-        return None
+def paired(per_query: pl.DataFrame, a: tuple, b: tuple, measure: str) -> Comparison:
+    """a - b on `measure` over the queries of `per_query` (already cut to the verdict's queries):
+    paired bootstrap interval and sign-flip randomisation test."""
     rows = per_query.filter(pl.col("measure") == measure)
     row = paired_comparison(rows, a, b, resamples=1000, permutations=10000, seed=0).row(0, named=True)
     return Comparison(row["diff"], row["ci_low"], row["ci_high"], row["p_value"], row["n"])
 
 
+def _values_by_setting(per_query: pl.DataFrame, measure: str) -> tuple[list[str], dict[tuple, np.ndarray]]:
+    """Per-query values of every setting, aligned on the queries all settings scored."""
+    rows = per_query.filter(pl.col("measure") == measure)
+    queries = sorted(set.intersection(*(set(g["query_id"]) for _, g in rows.group_by(SETTING))))
+    values = {}
+    for key, group in rows.group_by(SETTING):
+        by_query = dict(group.select("query_id", "value").rows())
+        values[tuple(key)] = np.array([by_query[q] for q in queries])
+    return queries, values
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A setting tested against the best: not worse by more than the margin? cheaper on what?"""
+
+    row: dict
+    test: NonInferiority
+    cheaper_on: list[Saving]
+
+    @property
+    def qualifies(self) -> bool:
+        return self.test.holds and bool(self.cheaper_on)
+
+
 @dataclass(frozen=True)
 class Verdict:
     measure: str
-    settings: pl.DataFrame  # settings_table, best first
+    scope: Scope
+    margin: Margin
+    min_saving: float
+    settings: pl.DataFrame  # settings_table on the verdict's queries, best first
     best: dict
     runner_up: dict | None
     versus_runner_up: Comparison | None
-    cheapest: dict  # within the best's interval (may be the best itself)
-    cheapest_by: str  # what "cheapest" was decided on
+    candidates: list[Candidate]  # every other setting, in settings order
+    as_good_and_cheaper: Candidate | None
+    versus_pick: Comparison | None  # two-sided test of the pick against the best
+    tuned_on_dev: list[str] = field(default_factory=list)
+    dev: pl.DataFrame | None = None  # the same settings over the non-test queries, best first
+    measure_note: str | None = None
+
+    @property
+    def cheapest(self) -> dict:
+        """The setting to recommend on cost: the as-good-and-cheaper pick, else the best itself."""
+        return self.as_good_and_cheaper.row if self.as_good_and_cheaper else self.best
 
     def rows(self) -> pl.DataFrame:
-        """The small verdict table: best, runner-up, cheapest within the interval (each once)."""
+        """The small verdict table: best, runner-up, the as-good-and-cheaper pick (each once)."""
         roles: dict[str, list[str]] = {}
-        for role, row in (("best", self.best), ("runner-up", self.runner_up), ("cheapest within interval", self.cheapest)):
+        pick = self.as_good_and_cheaper.row if self.as_good_and_cheaper else None
+        for role, row in (("best", self.best), ("runner-up", self.runner_up), ("as good and cheaper", pick)):
             if row is not None:
                 roles.setdefault(row["label"], []).append(role)
         return (self.settings.filter(pl.col("label").is_in(list(roles)))
                 .with_columns(role=pl.col("label").replace_strict({k: ", ".join(v) for k, v in roles.items()})))
 
+    def assessment(self) -> pl.DataFrame:
+        """verdict.parquet: every setting with its quality on the verdict's queries, its test
+        against the best and the axes it is cheaper on."""
+        tested = {c.row["label"]: c for c in self.candidates}
+        pick = self.as_good_and_cheaper.row["label"] if self.as_good_and_cheaper else None
+        rows = []
+        for row in self.settings.iter_rows(named=True):
+            c = tested.get(row["label"])
+            rows.append({
+                **{k: row[k] for k in (*SETTING, "label", "mean", "ci_low", "ci_high", "n")},
+                "measure": self.measure, "split": self.scope.split or "all",
+                "diff_vs_best": None if c is None else c.test.diff,
+                "lower_bound_vs_best": None if c is None else c.test.lower,
+                "p_not_inferior": None if c is None else c.test.p_value,
+                "margin": self.margin.value,
+                "as_good": None if c is None else c.test.holds,
+                "cheaper_on": None if c is None else ", ".join(s.axis.words for s in c.cheaper_on),
+                "as_good_and_cheaper": None if c is None else c.qualifies,
+                "role": "best" if row["label"] == self.best["label"] else ("as good and cheaper" if row["label"] == pick else None),
+                "usd_per_1k_queries": row["usd_per_1k_queries"], "query_p95_ms": row["query_p95_ms"],
+                "query_p95_low": row["query_p95_low"], "query_p95_high": row["query_p95_high"],
+                "index_bytes": row["index_bytes"], "corpus_usd": row["corpus_usd"],
+            })
+        return pl.DataFrame(rows, infer_schema_length=None)
 
-_CHEAPEST_KEYS = (("usd_per_1k_queries", "cost per 1,000 queries"), ("query_p95_ms", "p95 query latency"),
-                  ("embed_p95_ms", "p95 embedding latency"), ("index_bytes", "index size"))
+
+def tuned_on_dev(output_dir: Path) -> list[str]:
+    """What this run chose on non-test queries, in words: fusion weights, fine-tuned weights, the
+    ANN recommendation."""
+    out = []
+    systems = read_table(output_dir, "systems")
+    if systems is not None and "alpha" in systems.columns:
+        for system, alpha in systems.filter(pl.col("alpha").is_not_null()).select("system", "alpha").rows():
+            out.append(f"the fusion weight of {system} (alpha {alpha:g})")
+    finetuned = read_table(output_dir, "finetune_verdict")
+    if finetuned is not None and finetuned.height and "provider" in finetuned.columns:
+        out += [f"the weights of {p} (fine-tuned)" for p in finetuned["provider"].unique(maintain_order=True).to_list()]
+    recommendation = Path(output_dir) / "ann_recommendation.json"
+    if recommendation.exists():
+        chosen = json.loads(recommendation.read_text(encoding="utf-8")).get("recommendations") or {}
+        if any(chosen.values()):
+            out.append("the ANN recommendation (see Approximate search)")
+    return out
 
 
-def decide(output_dir: str | Path, measure: str = "ndcg@10") -> Verdict:
-    """Rank settings by `measure`; the cheapest candidate is a setting whose mean lies inside
-    the best's 95% interval, ordered by the first of cost, p95 query latency, p95 embedding
-    latency and index size that is known for every candidate (then by quality)."""
+def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec | None = None,
+           loss_budget: float | None = None, measure_note: str | None = None) -> Verdict:
+    """Rank settings by `measure` on the held-out test queries (every query when there is no other
+    split), test the best against the runner-up, and find the setting that is as good as the best
+    within the margin and cheaper: the first cost axis (price, p95 latency, index size, corpus
+    embedding price) on which some qualifying setting saves most, ties to the better quality."""
     output_dir = Path(output_dir)
-    table = settings_table(output_dir, measure)
+    per_query = read_table(output_dir, "per_query")
+    scope = verdict_scope(per_query, measure)
+    table = settings_table(output_dir, measure, scope.split)
+    if per_query is not None and scope.split is not None:
+        per_query = per_query.filter(pl.col("split") == scope.split)
     best = table.row(0, named=True)
     runner = table.row(1, named=True) if table.height > 1 else None
-    versus = None
-    if runner is not None:
-        versus = paired(output_dir, tuple(best[c] for c in SETTING), tuple(runner[c] for c in SETTING), measure)
-    floor = best["ci_low"] if best["ci_low"] is not None else best["mean"]
-    candidates = table.filter(pl.col("mean") >= floor - 1e-12)
-    cheapest_by = "quality (no cost, latency or size was measured for every candidate)"
-    order = ["mean"]
-    for column, words in _CHEAPEST_KEYS:
-        if candidates[column].null_count() == 0:
-            cheapest_by, order = words, [column, "mean"]
-            break
-    descending = [False, True] if len(order) == 2 else [True]
-    cheapest = candidates.sort(order, descending=descending).row(0, named=True)
-    return Verdict(measure, table, best, runner, versus, cheapest, cheapest_by)
+    margin = verdict_margin(spec, loss_budget, best["mean"])
+    min_saving = (spec or VerdictSpec()).min_saving
+    versus, candidates, pick, versus_pick = None, [], None, None
+    if per_query is not None and runner is not None:
+        key = lambda row: tuple(row[c] for c in SETTING)  # noqa: E731
+        versus = paired(per_query, key(best), key(runner), measure)
+        _, values = _values_by_setting(per_query, measure)
+        for row in table.iter_rows(named=True):
+            if row["label"] != best["label"] and key(row) in values:
+                test = non_inferiority(values[key(row)], values[key(best)], margin.value)
+                candidates.append(Candidate(row, test, savings(best, row, min_saving)))
+        pick = _pick(candidates)
+        if pick is not None:
+            versus_pick = paired(per_query, key(pick.row), key(best), measure)
+    dev = None
+    if scope.held_out:
+        others = [s for s in scope.splits if s != HELD_OUT]
+        dev = settings_table(output_dir, measure, "dev" if "dev" in others else others[0])
+    return Verdict(measure, scope, margin, min_saving, table, best, runner, versus, candidates, pick, versus_pick,
+                   tuned_on_dev(output_dir), dev, measure_note)
+
+
+def _pick(candidates: list[Candidate]) -> Candidate | None:
+    qualifying = [c for c in candidates if c.qualifies]
+    if not qualifying:
+        return None
+    order = [a.column for a in COST_AXES]
+    return min(qualifying, key=lambda c: (order.index(c.cheaper_on[0].axis.column), -c.cheaper_on[0].relative,
+                                          -c.row["mean"]))
 
 
 # --- words -------------------------------------------------------------------------------------
@@ -259,7 +269,7 @@ def fmt_usd(value) -> str:
 
 
 def fmt_ms(value) -> str:
-    return "n/a" if value is None else (f"{value:.2f} ms" if value < 10 else f"{value:.0f} ms")
+    return "n/a" if value is None else (f"{value:.2f} ms" if value < 10 else f"{value:,.0f} ms")
 
 
 def _interval(row: dict) -> str:
@@ -276,32 +286,93 @@ def _latency(row: dict) -> str:
     return "latency not measured"
 
 
-def verdict_sentences(verdict: Verdict) -> list[str]:
-    """The verdict paragraph as plain sentences (escape them for HTML or Markdown)."""
-    best, runner, versus, cheap = verdict.best, verdict.runner_up, verdict.versus_runner_up, verdict.cheapest
-    m = verdict.measure
-    out = [f"Best setting by {m}: {best['label']}, {_interval(best)} over {best['n']} queries."]
-    if runner is None:
-        out.append("It is the only setting, so there is nothing to compare it with.")
-    elif versus is None:
-        out.append(f"Runner-up: {runner['label']} ({runner['mean']:.3f}); no per-query values to test the difference.")
-    else:
-        verdict_word = "significantly better than" if versus.significant else "not significantly different from"
-        out.append(f"It is {verdict_word} the runner-up, {runner['label']} ({runner['mean']:.3f}): difference "
-                   f"{versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} to {versus.ci_high:+.3f}, p = {versus.p_value:.3g} "
-                   f"(paired randomisation test, {versus.n} queries).")
-    where = "the best itself" if cheap["label"] == best["label"] else cheap["label"]
-    lead = ("What it costs: " if runner is None else
-            f"Cheapest setting within the best's interval (by {verdict.cheapest_by}): {where}, {m} {cheap['mean']:.3f}; ")
-    out.append(lead + f"{_cost(cheap)}; {_latency(cheap)}; "
-               + ("index size not measured." if cheap["index_bytes"] is None else f"index {fmt_bytes(cheap['index_bytes'])}."))
-    return out
-
-
 def _cost(row: dict) -> str:
     if row["usd_per_1k_queries"] is None:
         return "no price set, so cost per 1,000 queries unknown"
     return f"{fmt_usd(row['usd_per_1k_queries'])} per 1,000 queries"
+
+
+def _what_it_costs(row: dict) -> str:
+    return (f"{_cost(row)}; {_latency(row)}; "
+            + ("index size not measured." if row["index_bytes"] is None else f"index {fmt_bytes(row['index_bytes'])}."))
+
+
+def _saving_words(s: Saving, best: dict, candidate: dict) -> str:
+    column = s.axis.column
+    if s.axis.band is not None:
+        low, high = s.axis.band
+        flag = "embed_noise_measured" if column == "embed_p95_ms" else "latency_noise_measured"
+        measured = candidate.get(flag) and best.get(flag)
+        noise = "noise bands" if measured else "noise bands, taken as 2x either way where unmeasured"
+        return (f"{s.axis.words} {fmt_ms(s.candidate)} (up to {fmt_ms(candidate[high])}) against "
+                f"{fmt_ms(s.best)} (at least {fmt_ms(best[low])}; {noise})")
+    show = fmt_bytes if column == "index_bytes" else fmt_usd
+    return f"{s.axis.words} {show(s.candidate)} against {show(s.best)} ({-100 * s.relative:+.0f}%)"
+
+
+def _queries(verdict: Verdict, n: int) -> str:
+    return f"{n} test queries" if verdict.scope.held_out else f"{n} queries"
+
+
+def verdict_sentences(verdict: Verdict) -> list[str]:
+    """The verdict paragraph as plain sentences (escape them for HTML or Markdown)."""
+    best, runner, versus, m = verdict.best, verdict.runner_up, verdict.versus_runner_up, verdict.measure
+    out = [verdict.scope.first_line()] if verdict.scope.splits else []
+    if verdict.tuned_on_dev:
+        where = ("Chosen on the non-test queries and judged here on test only" if verdict.scope.held_out
+                 else "Chosen on the same queries the verdict is drawn on (no held-out split)")
+        out.append(f"{where}: " + "; ".join(verdict.tuned_on_dev) + ".")
+    if verdict.measure_note:
+        out.append(verdict.measure_note)
+    out.append(f"Best setting by {m}: {best['label']}, {_interval(best)} over {_queries(verdict, best['n'])}.")
+    if runner is None:
+        out.append("It is the only setting, so there is nothing to compare it with.")
+        out.append("What it costs: " + _what_it_costs(best))
+        return out
+    if versus is None:
+        out.append(f"Runner-up: {runner['label']} ({runner['mean']:.3f}); no per-query values to test the difference.")
+    else:
+        word = "significantly better than" if versus.significant else "not significantly different from"
+        out.append(f"It is {word} the runner-up, {runner['label']} ({runner['mean']:.3f}): difference "
+                   f"{versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} to {versus.ci_high:+.3f}, p = {versus.p_value:.3g} "
+                   f"(paired randomisation test, {_queries(verdict, versus.n)}).")
+    out += _as_good_and_cheaper_sentences(verdict)
+    return out
+
+
+def _as_good_and_cheaper_sentences(verdict: Verdict) -> list[str]:
+    best, m, margin = verdict.best, verdict.measure, verdict.margin
+    rule = (f"a margin of {margin.value:.3f} {m} ({margin.source}) in a paired one-sided t-test, and a saving of at "
+            f"least {100 * verdict.min_saving:g}% beyond measurement noise")
+    pick = verdict.as_good_and_cheaper
+    if pick is None:
+        if not verdict.candidates:
+            return [f"No per-query values to test a cheaper setting against the best. What the best costs: {_what_it_costs(best)}"]
+        parts = [f"No cheaper setting matches the best (rule: {rule})"]
+        short = sorted((c for c in verdict.candidates if c.cheaper_on and not c.test.holds), key=lambda c: -c.test.lower)
+        equal = [c for c in verdict.candidates if c.test.holds and not c.cheaper_on]
+        if short:
+            c = short[0]
+            parts.append(f"{len(short)} cheaper setting(s) may be worse by more than the margin; the closest, "
+                         f"{c.row['label']}, is cheaper on {', '.join(s.axis.words for s in c.cheaper_on)} but its 95% "
+                         f"lower bound is {c.test.lower:+.3f} (p = {c.test.p_value:.3g})")
+        if equal:
+            parts.append(f"{len(equal)} setting(s) are as good within the margin but save less than that on every "
+                         f"measured axis (e.g. {equal[0].row['label']})")
+        if not short and not equal:
+            parts.append("no other setting is cheaper on a measured axis and within the margin")
+        return ["; ".join(parts) + ".", f"What the best costs: {_what_it_costs(best)}"]
+    row, test = pick.row, pick.test
+    out = [f"As good and cheaper: {row['label']}, {_interval(row)}, is not worse than the best by more than "
+           f"{margin.value:.3f} {m} ({margin.source}; paired one-sided t-test on {_queries(verdict, test.n)}: "
+           f"difference {test.diff:+.3f}, 95% lower bound {test.lower:+.3f}, p = {test.p_value:.3g}), and cheaper on "
+           + "; ".join(_saving_words(s, best, row) for s in pick.cheaper_on) + "."]
+    versus = verdict.versus_pick
+    if versus is not None and versus.significant and versus.diff < 0:
+        out.append(f"It is significantly lower than the best (difference {versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} "
+                   f"to {versus.ci_high:+.3f}, p = {versus.p_value:.3g}), but by less than the {margin.value:.3f} margin.")
+    out.append(f"What it costs: {_what_it_costs(row)}")
+    return out
 
 
 def verdict_frame(verdict: Verdict) -> pl.DataFrame:
@@ -316,6 +387,18 @@ def verdict_frame(verdict: Verdict) -> pl.DataFrame:
             "index": fmt_bytes(row["index_bytes"]),
         })
     return pl.DataFrame(rows)
+
+
+def dev_frame(verdict: Verdict) -> pl.DataFrame | None:
+    """Tuning evidence: every setting's quality on the non-test queries beside its test quality."""
+    if verdict.dev is None:
+        return None
+    test = verdict.settings.with_row_index("test_rank", offset=1).select("label", "test_rank", test="mean")
+    dev = verdict.dev.with_row_index("dev_rank", offset=1)
+    return (dev.join(test, on="label", how="left")
+            .select("label", "dev_rank", dev=pl.col("mean").round(4), dev_ci_low=pl.col("ci_low").round(4),
+                    dev_ci_high=pl.col("ci_high").round(4), dev_queries="n", test=pl.col("test").round(4),
+                    test_rank="test_rank"))
 
 
 def _query_ms(row: dict, which: str) -> str:

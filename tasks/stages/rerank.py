@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from tasks.analysis.cost import weakest_source
+from tasks.analysis.equivalence import quantile_band
 from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.rerankers.base import RerankBatch, Reranker
 from tasks.stages.embed import cached_vectors
@@ -254,6 +255,8 @@ def _facts(top: pl.DataFrame, cached: pl.DataFrame) -> dict:
                "p95": float(np.percentile(per_query, 95)) if len(per_query) else 0.0,
                "mean": float(per_query.mean()) if len(per_query) else 0.0,
                "max": float(per_query.max()) if len(per_query) else 0.0}
+    if len(per_query):  # the p95's noise band, for the verdict's "cheaper" claims
+        latency["p95_low"], latency["p95_high"] = quantile_band(per_query, 0.95)
     return {"pairs": top.height, "latency": latency, "tokens": int(round(per_pair["tokens"].sum())),
             "token_source": weakest_source(*per_pair["token_source"].unique().to_list()),
             "search_units": round(float(per_pair["search_units"].sum()), 6)}

@@ -1,0 +1,22 @@
+"""`verdict:` how the report decides that a setting is "as good as the best, and cheaper"."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class VerdictSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    margin: float | None = Field(
+        None, gt=0, lt=1,
+        description="largest loss on the primary measure (absolute) that still counts as 'as good as the best' "
+                    "in the paired one-sided test on held-out queries; unset: the sweep's loss_budget times the "
+                    "best's mean when `sweep:` is set, else 0.01")
+    min_saving: float = Field(
+        0.05, ge=0, lt=1,
+        description="smallest relative saving on an axis ($ per 1,000 queries, p95 query latency, index bytes, "
+                    "corpus embedding $) that counts as cheaper; a latency must also beat the best's beyond both "
+                    "measurements' noise bands")
+
+
+DEFAULT_MARGIN = 0.01

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import polars as pl
 
+from tasks.analysis.breakdown import paired_comparison
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
 from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
@@ -223,15 +224,27 @@ def tradeoff_section(verdict: Verdict, output_dir: Path, measure: str) -> Sectio
     comparisons = read_table(output_dir, "comparisons")
     if comparisons is not None and comparisons.height:
         rows = comparisons.filter(pl.col("measure") == measure)
+        queries = "the queries both answered"
+        if rows.height and verdict.scope.held_out:  # the same pairs, tested again on the verdict's queries only
+            rows, queries = _compared_on_split(output_dir, rows, measure, verdict.scope.split), "the test queries both answered"
         if rows.height:
             frame = pl.DataFrame({
                 "a": _labels(rows, "a_"), "b": _labels(rows, "b_"),
             }).with_columns(rows.select("n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value"))
-            _p(section, f"Paired comparisons on {measure} (a - b over the queries both answered; 95% paired bootstrap "
+            _p(section, f"Paired comparisons on {measure} (a - b over {queries}; 95% paired bootstrap "
                         f"interval; p from a sign-flip randomisation test). A difference is significant when p < 0.05 "
                         f"and the interval excludes 0.")
             _table(section, frame.sort("p_value"))
     return section
+
+
+def _compared_on_split(output_dir: Path, pairs: pl.DataFrame, measure: str, split: str) -> pl.DataFrame:
+    """comparisons.parquet's pairs (computed over every query) compared over one split's queries."""
+    per_query = read_table(output_dir, "per_query").filter((pl.col("split") == split) & (pl.col("measure") == measure))
+    out = [paired_comparison(per_query, a, b) for a, b in (
+        ((r["a_provider"], r["a_index"], r["a_nprobe"]), (r["b_provider"], r["b_index"], r["b_nprobe"]))
+        for r in pairs.iter_rows(named=True))]
+    return pl.concat(out)
 
 
 def _labels(rows: pl.DataFrame, prefix: str) -> pl.Series:

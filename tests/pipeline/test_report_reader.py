@@ -91,7 +91,8 @@ def sample_out(tmp_path_factory, prefect_harness):
 def test_sample_report_reads_top_down_without_sideways_scroll(sample_out, browser, tmp_path):
     facts = read(browser, sample_out / "report.html", "sample-three-providers", tmp_path)
     assert facts["scrollWidth"] <= facts["viewport"] == VIEWPORT
-    assert facts["headings"] == ["Verdict", "Quality against cost, latency and size", "Regressions", "Where it fails",
+    assert facts["headings"] == ["Verdict", "Quality against cost, latency and size", "Tuning evidence (not held out)",
+                                 "Regressions", "Where it fails",
                                  "Languages and categories", "Approximate search", "Cheaper variants",
                                  "Cost, latency and storage", "Metadata filters"]  # compressed indexes, filtered queries
     assert facts["figures"] == ["ndcg@10 per setting", "quality against cost, latency and index size",
@@ -99,6 +100,8 @@ def test_sample_report_reads_top_down_without_sideways_scroll(sample_out, browse
     assert facts["broken"] == 0
     verdict = decide(sample_out, "ndcg@10")
     assert f"Best setting by ndcg@10: {verdict.best['label']}," in facts["verdict"]
+    assert facts["verdict"].startswith("Held-out verdict: drawn on the 55 test queries only")
+    assert verdict.settings["n"].unique().to_list() == [55]
     assert verdict.settings.height == 3 * 3  # flat + ivf at two nprobes, per provider
     assert "No earlier run of this spec" in facts["regressions"]
     # Failures grouped by class, each class heading with its count.
@@ -202,18 +205,20 @@ def constructed_run(out: Path, runner_gap: float = 0.02) -> None:
     pl.DataFrame({"provider": ["strong", "close", "cheap"], "usd_per_1000_queries": [0.10, 0.02, 0.01]}).write_parquet(out / "cost.parquet")
 
 
-def test_verdict_names_the_best_and_the_cheapest_within_its_interval(tmp_path):
+def test_verdict_names_the_best_and_refuses_a_cheaper_setting_beyond_the_margin(tmp_path):
     constructed_run(tmp_path)
     verdict = decide(tmp_path, "ndcg@10")
     assert verdict.best["label"] == "strong flat"
     assert verdict.runner_up["label"] == "close flat"
-    assert verdict.cheapest["label"] == "close flat"  # cheap flat costs less but is outside the interval
-    assert verdict.cheapest_by == "cost per 1,000 queries"
+    # close flat is 0.02 worse on every query: within the best's interval, but beyond the 0.01 margin.
+    assert verdict.as_good_and_cheaper is None and verdict.cheapest["label"] == "strong flat"
     assert verdict.versus_runner_up.diff == pytest.approx(0.02)
     assert verdict.versus_runner_up.significant  # the same 0.02 on every query
     words = " ".join(verdict_sentences(verdict))
+    assert words.startswith("Only one split is judged in this run (dev, 40 queries)")
     assert "Best setting by ndcg@10: strong flat" in words and "significantly better than the runner-up, close flat" in words
-    assert "$0.0200 per 1,000 queries" in words
+    assert "No cheaper setting matches the best" in words and "the closest, close flat, is cheaper on $ per 1,000 queries" in words
+    assert "$0.1000 per 1,000 queries" in words  # what the best costs
     html_path, md_path = build_report(tmp_path, "constructed")
     html = html_path.read_text()
     assert "bm25 bm25" in html  # a non-FAISS row is listed with its empty cost and latency
@@ -221,6 +226,16 @@ def test_verdict_names_the_best_and_the_cheapest_within_its_interval(tmp_path):
                           previous_run=None, baseline_run=None, verdict=" ".join(verdict_sentences(verdict)))
     artifact = verdict_markdown(published)
     assert "Best setting by ndcg@10: strong flat" in artifact and html_path.resolve().as_uri() in artifact
+
+
+def test_verdict_names_a_cheaper_setting_within_the_margin(tmp_path):
+    constructed_run(tmp_path, runner_gap=0.004)
+    verdict = decide(tmp_path, "ndcg@10")
+    assert verdict.as_good_and_cheaper.row["label"] == "close flat"
+    words = " ".join(verdict_sentences(verdict))
+    assert "As good and cheaper: close flat" in words and "$ per 1,000 queries $0.0200 against $0.1000 (-80%)" in words
+    # 0.004 lower on every query is significant: the verdict says so, and names the margin.
+    assert "significantly lower than the best" in words and "by less than the 0.010 margin" in words
 
 
 def test_verdict_says_not_significant_when_the_runner_up_ties(tmp_path):

@@ -1,5 +1,6 @@
 """`retbench hard-negatives OUTPUT_DIR --provider NAME --out triples.jsonl`: mine
-(anchor, positive, negative) triples for fine-tuning from a finished run's dev queries."""
+(anchor, positive, negative) triples for fine-tuning from a finished run's train queries (its dev
+queries when it has no train query; --split chooses); test queries are never mined."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ from pathlib import Path
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "hard-negatives",
-        help="export sentence-transformers triplets (anchor, positive, negative) from a run's dev queries",
+        help="export sentence-transformers triplets (anchor, positive, negative) from a run's train (else dev) queries",
         description=__doc__,
     )
     parser.add_argument("output_dir", type=Path, help="a run's output directory (runs.parquet, manifest.json)")
@@ -19,9 +20,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--index", default="flat", help="index kind: flat (default) or ivf")
     parser.add_argument("--nprobe", type=int, default=None, help="nprobe of an ivf run")
     parser.add_argument("--max-per-query", type=int, default=5, help="negatives per query (default 5)")
-    parser.add_argument("--split", default="dev", help="only 'dev' is allowed; the test split is held out")
+    parser.add_argument("--split", default=None, metavar="{train,dev}",
+                        help="the split to mine: train or dev (default: train when the run has train queries, "
+                             "else dev); the test split is held out")
     parser.add_argument("--query-id", action="append", dest="query_ids", metavar="ID",
-                        help="mine only these queries (repeatable); each must be a dev query")
+                        help="mine only these queries (repeatable); each must be in the split mined")
     parser.add_argument("--out", required=True, type=Path, help="the JSONL file to write")
     parser.set_defaults(func=run)
     return parser
@@ -32,7 +35,7 @@ def run(args) -> int:
 
     from tasks.datasets.errors import DatasetError
     from tasks.stages.dataset import load_saved_dataset
-    from tasks.analysis.hard_negatives import hard_negative_pairs, write_triples
+    from tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, write_triples
 
     try:
         output_dir = Path(args.output_dir)
@@ -41,16 +44,22 @@ def run(args) -> int:
         if not runs_path.is_file():
             raise FileNotFoundError(f"{runs_path}: missing; expected the runs table of a finished benchmark")
         run_table = pl.read_parquet(runs_path)
+        mined = mining_queries(dataset.queries, args.split, args.query_ids)
         pairs = hard_negative_pairs(
             run_table, dataset, args.provider, args.index, nprobe=args.nprobe,
-            max_per_query=args.max_per_query, split=args.split, query_ids=args.query_ids,
+            max_per_query=args.max_per_query, mined=mined,
         )
         write_triples(args.out, pairs.select("anchor", "positive", "negative").to_dicts())
     except (DatasetError, FileNotFoundError, ValueError) as error:
         print(f"retbench hard-negatives: {error}", file=sys.stderr)
         return 2
     label = f"{args.provider}/{args.index}" + (f"/nprobe={args.nprobe}" if args.nprobe is not None else "")
-    print(f"wrote {pairs.height} triples from {pairs['query_id'].n_unique()} dev queries ({label}) to {args.out}")
+    print(f"wrote {pairs.height} triples from {pairs['query_id'].n_unique()} {mined.split} queries ({label}) to {args.out}")
+    if mined.same_text_as_test:
+        print(f"left out {len(mined.same_text_as_test)} {mined.split} queries whose text is a test query's "
+              f"(first: {mined.same_text_as_test[0]})")
+    if not (dataset.queries["split"] == "test").any():
+        print("note: the run's dataset holds no test query, so no text could be compared with the test split's")
     return 0
 
 

@@ -299,7 +299,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
 
         manifest["providers"] |= {p.name: full_fingerprint(default_provider(trained_spec(p, tuned[p.name])))
                                   for p in spec.providers if p.name in tuned}
-        manifest["finetuned"] = {name: {"base": m.base, "folder": m.path, "key": m.key, "triples": m.triples,
+        manifest["finetuned"] = {name: {"base": m.base, "source_split": m.source_split, "folder": m.path, "key": m.key,
+                                        "triples": m.triples,
                                         "hyperparameters": m.hyperparameters, "train_seconds": m.train_seconds,
                                         "peak_rss_mb": m.peak_rss_mb, "trained_now": m.computed}
                                  for name, m in tuned.items()}

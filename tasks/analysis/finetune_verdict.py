@@ -7,6 +7,7 @@ import polars as pl
 
 from tasks.analysis.breakdown import language_pairs, paired_comparison
 
+# Train queries, when the dataset has them, are what the model was tuned on: no verdict on it.
 SPLITS = ("dev", "test")
 VERDICT_SCHEMA = {
     "split": pl.String,

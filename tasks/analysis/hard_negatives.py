@@ -1,13 +1,19 @@
 """Hard negatives for fine-tuning: (query, relevant document, non-relevant document the provider
-ranked above it) triples from the dev split, as sentence-transformers triplet JSONL.
+ranked above it) triples from the train split (the dev split when there is no train query), as
+sentence-transformers triplet JSONL.
 
 The held-out test split is never mined: a model tuned on its own test queries would make every
-later benchmark on them meaningless, so asking for them is an error, not a filter.
+later benchmark on them meaningless, so asking for them is an error, not a filter; and a
+train/dev query whose text is a test query's (the same question under another id) is left out.
 """
 from __future__ import annotations
 
 import json
+import logging
+import re
+import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -17,8 +23,11 @@ from tasks.datasets.document_text import document_text
 from tasks.datasets.model import Dataset
 from tasks.store.files import write_text
 
-TRAIN_SPLIT = "dev"
+# The splits mining may take its queries from, in order of preference: train when the dataset has
+# train queries, else dev (mining_split).
+MINING_SPLITS = ("train", "dev")
 HELD_OUT_SPLIT = "test"
+log = logging.getLogger("retbench.hard_negatives")
 # sentence-transformers reads the columns of a triplet dataset in this order (anchor, positive, negative).
 TRIPLET_KEYS = ("anchor", "positive", "negative")
 
@@ -39,45 +48,94 @@ class HeldOutSplitError(ValueError):
     """Hard negatives were asked for from the held-out test split."""
 
 
-def hard_negative_pairs(run: pl.DataFrame, dataset: Dataset, provider: str, index: str = "flat",
-                        nprobe: int | None = None, max_per_query: int = 5, split: str = TRAIN_SPLIT,
-                        query_ids: Sequence[str] | None = None, relevance_level: int = 1,
-                        include_unretrieved: bool = True) -> pl.DataFrame:
-    """The triples with their provenance (PAIR_SCHEMA), ordered by query id and negative rank.
+def mining_split(queries: pl.DataFrame, override: str | None = None) -> str:
+    """The split mining and fine-tuning take their queries from: `override` ("train" or "dev")
+    when given, else "train" when `queries` hold a train query, else "dev"."""
+    if override is None:
+        return "train" if (queries["split"] == "train").any() else "dev"
+    if override == HELD_OUT_SPLIT:
+        raise HeldOutSplitError(f"hard negatives come from the {' or '.join(map(repr, MINING_SPLITS))} split "
+                                f"(asked for {override!r}); the {HELD_OUT_SPLIT!r} split is held out and must "
+                                "never be trained on")
+    if override not in MINING_SPLITS:
+        raise ValueError(f"unknown mining split {override!r}; expected one of {list(MINING_SPLITS)}")
+    return override
 
-    For each dev query, the negatives are the documents that are judged below `relevance_level`
-    or unjudged and ranked above at least one relevant document, best ranked first, at most
-    `max_per_query`. Each is paired with the highest-graded relevant document ranked below it
-    (the better ranked on a tie). With `include_unretrieved`, a relevant document the run did
-    not retrieve counts as ranked below everything. A negative whose text equals its
-    positive's (a duplicate document) is skipped.
 
-    Raises HeldOutSplitError if `split` is not "dev" or a query of `query_ids` is not in dev.
-    """
-    if split != TRAIN_SPLIT:
-        raise HeldOutSplitError(
-            f"hard negatives come from the {TRAIN_SPLIT!r} split only (asked for {split!r}); "
-            f"the {HELD_OUT_SPLIT!r} split is held out and must never be trained on"
-        )
-    if max_per_query < 1:
-        raise ValueError(f"max_per_query must be >= 1 (got {max_per_query})")
-    queries = dataset.queries
+def normalised_query_text(text: str) -> str:
+    """A query's text as compared with the test queries': Unicode NFKC, case-folded, runs of
+    white space made one space, trimmed ("Refund  Time " and "refund time" are one question)."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+@dataclass(frozen=True)
+class MiningQueries:
+    """The queries mining takes: those of `split`, less any whose text is a test query's."""
+
+    split: str
+    queries: pl.DataFrame  # the dataset's query rows that are mined
+    same_text_as_test: tuple[str, ...]  # ids of `split` queries left out: their text is a test query's
+
+
+def mining_queries(queries: pl.DataFrame, split: str | None = None,
+                   query_ids: Sequence[str] | None = None) -> MiningQueries:
+    """The queries of the mining split (mining_split: train, else dev; `split` overrides), or
+    of `query_ids` (each must be in that split), without those whose normalised text is a test
+    query's; how many those were is logged and returned.
+
+    Raises HeldOutSplitError for the test split or a selected test query."""
+    chosen = mining_split(queries, split)
     if query_ids is not None:
         wanted = list(dict.fromkeys(query_ids))
         split_of = dict(queries.select("query_id", "split").iter_rows())
         unknown = [q for q in wanted if q not in split_of]
         if unknown:
             raise ValueError(f"queries not in the dataset: {unknown[:5]} ({len(unknown)} in all)")
-        held_out = [q for q in wanted if split_of[q] != TRAIN_SPLIT]
+        held_out = [q for q in wanted if split_of[q] == HELD_OUT_SPLIT]
         if held_out:
             raise HeldOutSplitError(
                 f"{len(held_out)} selected queries are in the held-out {HELD_OUT_SPLIT!r} split "
-                f"(first: {held_out[0]!r}); hard negatives come from the {TRAIN_SPLIT!r} split only"
+                f"(first: {held_out[0]!r}); hard negatives come from the {chosen!r} split only"
             )
-        queries = queries.filter(pl.col("query_id").is_in(wanted))
-    queries = queries.filter(pl.col("split") == TRAIN_SPLIT)
-    if queries.height == 0:
-        raise ValueError(f"no {TRAIN_SPLIT!r} queries to mine (the dataset holds splits {sorted(dataset.queries['split'].unique().to_list())})")
+        elsewhere = [q for q in wanted if split_of[q] != chosen]
+        if elsewhere:
+            raise ValueError(f"{len(elsewhere)} selected queries are not in the {chosen!r} split being mined "
+                             f"(first: {elsewhere[0]!r}, split {split_of[elsewhere[0]]!r})")
+        queries_in = queries.filter(pl.col("query_id").is_in(wanted))
+    else:
+        queries_in = queries
+    mined = queries_in.filter(pl.col("split") == chosen)
+    if mined.height == 0:
+        raise ValueError(f"no {chosen!r} queries to mine (the dataset holds splits {sorted(queries['split'].unique().to_list())})")
+    test_texts = {normalised_query_text(t) for t in queries.filter(pl.col("split") == HELD_OUT_SPLIT)["text"].to_list()}
+    leaked = [q for q, text in mined.select("query_id", "text").iter_rows() if normalised_query_text(text) in test_texts]
+    if leaked:
+        log.warning("%d %r queries left out of mining: their text is a %r query's (first: %r)",
+                    len(leaked), chosen, HELD_OUT_SPLIT, leaked[0])
+    return MiningQueries(chosen, mined.filter(~pl.col("query_id").is_in(leaked)), tuple(leaked))
+
+
+def hard_negative_pairs(run: pl.DataFrame, dataset: Dataset, provider: str, index: str = "flat",
+                        nprobe: int | None = None, max_per_query: int = 5, split: str | None = None,
+                        query_ids: Sequence[str] | None = None, relevance_level: int = 1,
+                        include_unretrieved: bool = True, mined: MiningQueries | None = None) -> pl.DataFrame:
+    """The triples with their provenance (PAIR_SCHEMA), ordered by query id and negative rank.
+
+    The queries are mining_queries' (the train split, else dev; `split` "train" or "dev"
+    overrides; never a test query, nor one with a test query's text), or `mined`, when the
+    caller has chosen them already (and reports what was left out). For each query, the
+    negatives are the documents that are judged below `relevance_level`
+    or unjudged and ranked above at least one relevant document, best ranked first, at most
+    `max_per_query`. Each is paired with the highest-graded relevant document ranked below it
+    (the better ranked on a tie). With `include_unretrieved`, a relevant document the run did
+    not retrieve counts as ranked below everything. A negative whose text equals its
+    positive's (a duplicate document) is skipped.
+
+    Raises HeldOutSplitError if `split` is "test" or a query of `query_ids` is a test query.
+    """
+    if max_per_query < 1:
+        raise ValueError(f"max_per_query must be >= 1 (got {max_per_query})")
+    queries = (mined or mining_queries(dataset.queries, split, query_ids)).queries
 
     setting = _setting(run, provider, index, nprobe)
     judged = dataset.qrels.select("query_id", "doc_id", pl.col("grade").cast(pl.Int64))
@@ -116,7 +174,7 @@ def hard_negative_pairs(run: pl.DataFrame, dataset: Dataset, provider: str, inde
 
 def hard_negative_triples(run: pl.DataFrame, dataset: Dataset, provider: str, index: str = "flat",
                           max_per_query: int = 5, **options) -> list[dict]:
-    """[{"anchor": query, "positive": document, "negative": document}, ...] from the dev split;
+    """[{"anchor": query, "positive": document, "negative": document}, ...] from the train (else dev) split;
     `options` go to hard_negative_pairs (nprobe, split, query_ids, relevance_level, include_unretrieved)."""
     pairs = hard_negative_pairs(run, dataset, provider, index, max_per_query=max_per_query, **options)
     return pairs.select(TRIPLET_KEYS).to_dicts()

@@ -49,6 +49,12 @@ def canonical_measure(name: str) -> str:
     return base if k is None else f"{base}@{k}"
 
 
+def default_primary_measure(ks: list[int]) -> str:
+    """nDCG at the cutoff of `ks` nearest 10; of two as near (5 and 15) the larger, which looks
+    deeper: [5] -> ndcg@5, [5, 20] -> ndcg@5, [5, 15] -> ndcg@15, [5, 10, 20] -> ndcg@10."""
+    return f"ndcg@{min(ks, key=lambda k: (abs(k - 10), -k))}"
+
+
 def default_measures(ks: list[int]) -> list[str]:
     """Recall@k, MRR and graded nDCG@k (linear gain, as trec_eval), plus the
     exponential-gain nDCG (2^rel - 1) under its own name."""

@@ -24,8 +24,9 @@ def variant_errors(spec) -> list[str]:
 
 def finetune_errors(spec) -> list[str]:
     """A `finetuned` provider needs a base that names a local sentence-transformers provider of
-    the spec, and a dataset split that holds dev queries to mine (the test split is held out).
-    How many triples the dev run yields is known only once the base has been run: the
+    the spec, and `dataset.split: all`: mining takes the train queries (else the dev ones) and
+    must see every test query to keep it out of training, by id and by text.
+    How many triples the run yields is known only once the base has been run: the
     fine-tune step refuses too few then (options.min_triples), before training."""
     from tasks.providers import provider_class
     from tasks.providers.finetuned import TUNABLE_KINDS
@@ -53,7 +54,8 @@ def finetune_errors(spec) -> list[str]:
                             "fine-tune the full model and set dimensions on the finetuned provider instead")
         if provider.options.get("model") is not None:
             problems.append(f"{where}.model: set by the fine-tune step (the stored folder it trains), not in the spec")
-        if spec.dataset.split == "test":
-            problems.append(f"{where}: fine-tuning mines the dev split, but dataset.split is 'test'; "
-                            "use split: all (train on dev, judge on test) or dev")
+        if spec.dataset.split != "all":
+            problems.append(f"{where}: fine-tuning mines the train split (else dev) and keeps every test query out "
+                            f"of training, by id and by text, so it needs them all loaded, but dataset.split is "
+                            f"{spec.dataset.split!r}; use split: all (train on train or dev, judge on test)")
     return problems

@@ -14,7 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from tasks.config.measurement import PricingSpec
-from tasks.config.measures import default_measures
+from tasks.config.measures import default_measures, default_primary_measure
 from tasks.config.sections import SpecSection, spec_sections
 from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
@@ -33,7 +33,8 @@ class _Strict(BaseModel):
 class DatasetSpec(_Strict):
     path: Path
     format: str = Field("jsonl", description="a format registered in tasks/datasets (jsonl, beir, cranfield, xquad, glasgow, ...)")
-    split: Literal["dev", "test", "all"] = "dev"
+    split: Literal["train", "dev", "test", "all"] = Field(
+        "all", description="the queries kept: one split, or all (every query, each scored under its own split)")
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
     unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
@@ -161,7 +162,9 @@ class HistorySpec(_Strict):
 
 
 class ReportSpec(_Strict):
-    primary_measure: str = Field("ndcg@10", description="the measure the verdict ranks settings by (one the run scores)")
+    primary_measure: str | None = Field(None, description="the measure the verdict ranks settings by (one the run scores); "
+                                        "default: nDCG at the spec's cutoff nearest 10 (on a tie the larger), "
+                                        "see BenchmarkSpec.primary_measure")
 
 
 class _BenchmarkSpecBase(_Strict):
@@ -209,16 +212,23 @@ class _BenchmarkSpecBase(_Strict):
             raise ValueError(f"provider names must be unique; repeated: {duplicates}")
         if self.depth < max(self.k):
             raise ValueError(f"depth ({self.depth}) must be at least the largest k ({max(self.k)})")
-        scored = default_measures(self.k)
-        if self.report.primary_measure not in scored:
-            raise ValueError(f"report.primary_measure {self.report.primary_measure!r} is not scored by this spec "
-                             f"(with k={self.k}: {', '.join(scored)})")
         from tasks.providers import known_kinds
 
         for provider in self.providers:
             if provider.kind not in known_kinds():
                 raise ValueError(f"provider {provider.name!r}: unknown kind {provider.kind!r} (known: {', '.join(known_kinds())})")
         return self
+
+    @property
+    def primary_measure(self) -> str:
+        """The measure the verdict ranks by: report.primary_measure, or nDCG at the cutoff of `k`
+        nearest 10 when that is not set (default_primary_measure)."""
+        return self.report.primary_measure or default_primary_measure(self.k)
+
+    @property
+    def primary_measure_defaulted(self) -> bool:
+        """True when report.primary_measure was not set and `primary_measure` is the default."""
+        return self.report.primary_measure is None
 
     @property
     def chunking_variants(self) -> list[ChunkingVariantSpec]:
@@ -262,7 +272,8 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
-    problems = provider_option_errors(spec) + system_errors(spec) + rewrite_file_errors(spec, path.parent)
+    problems = (provider_option_errors(spec) + system_errors(spec) + rewrite_file_errors(spec, path.parent)
+                + report_errors(spec))
     if not problems:  # the model-variant checks build providers from options that must be valid first
         from tasks.config.model_variants import variant_errors
 
@@ -270,6 +281,16 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
+
+
+def report_errors(spec: BenchmarkSpec) -> list[str]:
+    """A report.primary_measure the run does not score (checked here, with the other errors,
+    rather than in the model, where its refusal would hide them)."""
+    chosen = spec.report.primary_measure
+    scored = default_measures(spec.k)
+    if chosen is None or chosen in scored:
+        return []
+    return [f"report.primary_measure: {chosen!r} is not scored by this spec (with k={spec.k}: {', '.join(scored)})"]
 
 
 def system_errors(spec: BenchmarkSpec) -> list[str]:

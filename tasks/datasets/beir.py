@@ -1,5 +1,5 @@
-"""BEIR's layout: corpus.jsonl and queries.jsonl with `_id`, and qrels/<split>.tsv; a query's split
-is the qrels file that judges it, and its language is detected from script."""
+"""BEIR's layout: corpus.jsonl and queries.jsonl with `_id`, and qrels/<split>.tsv (train, dev,
+test); a query's split is the qrels file that judges it, and its language is detected from script."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -8,7 +8,7 @@ from pathlib import Path
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.jsonl import jsonl_docs
 from tasks.datasets.lines import UniqueIds, json_lines, parse_int, str_field, text_lines
-from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, Judgment, RawCollection
+from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, QUERY_SPLITS, Judgment, RawCollection
 from tasks.datasets.reader import FormatReader
 from tasks.language import detect_language
 
@@ -19,17 +19,20 @@ def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollecti
     docs, _ = jsonl_docs(corpus_file, "_id", "BEIR corpus.jsonl with _id, title, text", metadata=metadata,
                           extra_fields_are_metadata=True)
     qrels_dir = folder / "qrels"
-    if split == "all":
-        qrels_files = sorted(qrels_dir.glob("*.tsv"))
-        if not qrels_files:
-            raise DatasetError(f"{qrels_dir}: no qrels files; expected qrels/<split>.tsv (e.g. test.tsv)")
-    else:
-        qrels_files = [qrels_dir / f"{split}.tsv"]
-        if not qrels_files[0].is_file():
-            present = sorted(p.name for p in qrels_dir.glob("*.tsv"))
-            raise DatasetError(f"{qrels_files[0]}: missing; expected the {split!r} qrels (found {present})")
+    qrels_files = sorted(qrels_dir.glob("*.tsv"))
+    if not qrels_files:
+        raise DatasetError(f"{qrels_dir}: no qrels files; expected qrels/<split>.tsv (e.g. test.tsv)")
+    unnamed = [p.name for p in qrels_files if p.stem not in QUERY_SPLITS]
+    if unnamed:
+        raise DatasetError(f"{qrels_dir}: qrels file(s) {unnamed} name no split; expected "
+                           f"{', '.join(s + '.tsv' for s in QUERY_SPLITS)} (the file's name is its queries' split)")
+    if split != "all" and not (qrels_dir / f"{split}.tsv").is_file():
+        present = [p.name for p in qrels_files]
+        raise DatasetError(f"{qrels_dir / f'{split}.tsv'}: missing; expected the {split!r} qrels (found {present})")
     qrels: list[Judgment] = []
     split_of: dict[str, tuple[str, str]] = {}  # query id -> (split, where first judged)
+    # Every file is read for the splits of its queries (a dev query is then not taken for an
+    # unjudged test query); only the asked split's judgments are kept.
     for file in qrels_files:
         for j in _read_beir_qrels(file):
             first = split_of.setdefault(j.query_id, (file.stem, j.where))
@@ -38,17 +41,22 @@ def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollecti
                     f"{j.where}: query {j.query_id!r} is also judged in split {first[0]!r} "
                     f"({first[1]}); expected each query in one split"
                 )
-            qrels.append(j)
+            if split in ("all", file.stem):
+                qrels.append(j)
     queries = []
+    unjudged = 0
     ids = UniqueIds()
     for where, obj in json_lines(queries_file, "BEIR queries.jsonl with _id, text"):
         qid = str_field(obj, "_id", where, nonempty=True)
         ids.add(qid, where)
         text = str_field(obj, "text", where, nonempty=True)
-        # Queries judged in no file read get DEFAULT_SPLIT; with BEIR qrels they are then dropped.
+        # A query judged in no qrels file has no split of its own: it is held out (DEFAULT_SPLIT).
         qsplit = split_of.get(qid, (DEFAULT_SPLIT, ""))[0]
+        unjudged += qid not in split_of
         queries.append((qid, text, detect_language(text), DEFAULT_CATEGORY, qsplit))
     notes = ["languages detected from script"]
+    if unjudged:
+        notes.append(f"{unjudged} queries judged in no qrels file: put in {DEFAULT_SPLIT!r}")
     return RawCollection(name or folder.name, docs, queries, qrels, str(corpus_file), str(queries_file), notes,
                 metadata=metadata or None)
 

@@ -16,9 +16,9 @@ CRANFIELD_GRADE_MAP = {1: 4, 2: 3, 3: 2, 4: 1, -1: 0}
 
 
 def _read_cranfield(folder: Path, split: str, name: str | None = None) -> RawCollection:
-    if split == "dev":
+    if split in ("train", "dev"):
         raise DatasetError(
-            f"{folder}: Cranfield has no dev split (all 225 queries are test queries); "
+            f"{folder}: Cranfield has no {split} split (all 225 queries are test queries); "
             "expected split 'test' or 'all'"
         )
     corpus_file, queries_file, qrels_file = folder / "cran.all.1400", folder / "cran.qry", folder / "cran.qrels"

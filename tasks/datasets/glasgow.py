@@ -26,9 +26,9 @@ _NUMBER = re.compile(r"[0-9]+")
 
 def _read_glasgow(folder: Path, split: str, name: str | None = None, collection: str | None = None) -> RawCollection:
     collection = _glasgow_collection(folder, collection)
-    if split == "dev":
+    if split in ("train", "dev"):
         raise DatasetError(
-            f"{folder}: the Glasgow {collection.upper()} collection has no dev split (all its queries "
+            f"{folder}: the Glasgow {collection.upper()} collection has no {split} split (all its queries "
             "are test queries); expected split 'test' or 'all'"
         )
     corpus_file, queries_file, qrels_file = (folder / f for f in GLASGOW_FILES[collection])

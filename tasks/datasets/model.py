@@ -16,8 +16,9 @@ from tasks.datasets.errors import DatasetError
 
 log = logging.getLogger("retbench.dataset")
 
-SPLITS = ("dev", "test", "all")
-QUERY_SPLITS = ("dev", "test")
+# A query's split: "train" and "dev" may be mined and tuned on, "test" is held out; "all" keeps every query.
+SPLITS = ("train", "dev", "test", "all")
+QUERY_SPLITS = ("train", "dev", "test")
 DEFAULT_CATEGORY = "uncategorized"
 # Held out by default so that nothing is tuned on a query whose split nobody chose.
 DEFAULT_SPLIT = "test"

@@ -24,7 +24,7 @@ class FormatReader:
     def read(
         self,
         path: str | Path,
-        split: str = "dev",
+        split: str = "all",
         options: dict[str, Any] | None = None,
         *,
         qrels_path: str | Path | None = None,
@@ -32,7 +32,7 @@ class FormatReader:
         unicode: str = "nfc",
     ) -> Dataset:
         """Read and validate the collection in `path`, keeping only the queries of `split`
-        ("dev", "test", "all"); see tasks.stages.dataset.load_dataset for the arguments."""
+        ("train", "dev", "test", "all"); see tasks.stages.dataset.load_dataset for the arguments."""
         options = options or {}
         if split not in SPLITS:
             raise DatasetError(f"unknown split {split!r} (expected one of {list(SPLITS)})")

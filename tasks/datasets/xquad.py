@@ -23,6 +23,9 @@ def _read_xquad(
             raise DatasetError(f"xquad option {option}={value!r}; expected 'en' or 'hi'")
     if dev_fraction is not None and not (isinstance(dev_fraction, (int, float)) and 0 < dev_fraction < 1):
         raise DatasetError(f"xquad option dev_fraction={dev_fraction!r}; expected a number between 0 and 1 (exclusive)")
+    if split == "train":
+        raise DatasetError(f"{folder}: XQuAD has no train split (its questions are test queries, or dev ones with "
+                           "dev_fraction); expected split 'test', 'dev' or 'all'")
     if split == "dev" and dev_fraction is None:
         raise DatasetError(f"{folder}: XQuAD has no dev split (all questions are test queries); expected split 'test' "
                            "or 'all', or the option dev_fraction (e.g. 0.5) to make one")

@@ -1,4 +1,4 @@
-"""A sentence-transformers model fine-tuned on dev-split hard negatives (tasks/stages/finetune.py):
+"""A sentence-transformers model fine-tuned on train-split (else dev-split) hard negatives (tasks/stages/finetune.py):
 `kind: finetuned` with `options.base` naming the spec's provider it was trained from.
 
 The trained folder is found by `options.model`, which the fine-tune step fills in with the
@@ -11,6 +11,7 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,8 +31,11 @@ class FinetunedOptions(BaseModel):
     seed: int = 0
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     max_seq_length: int | None = Field(128, ge=8, description="tokens per text in training; encoding uses the base's length")
-    max_per_query: int = Field(5, ge=1, description="hard negatives mined per dev query")
-    min_triples: int = Field(32, ge=1, description="refuse to train on fewer dev triples than this")
+    source_split: Literal["train", "dev"] | None = Field(
+        None, description="the split hard negatives are mined from; default: train when the dataset has train "
+                          "queries, else dev (the test split is never trained on)")
+    max_per_query: int = Field(5, ge=1, description="hard negatives mined per training query")
+    min_triples: int = Field(32, ge=1, description="refuse to train on fewer mined triples than this")
     max_triples: int | None = Field(256, ge=1, description="train on a seeded sample of at most this many triples "
                                                            "(bounds the training time; None: every mined triple)")
     encode_batch_size: int = Field(64, ge=1)

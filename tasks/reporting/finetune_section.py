@@ -1,4 +1,4 @@
-"""The report's fine-tune section: did tuning on dev hard negatives help, did it hold on the
+"""The report's fine-tune section: did tuning on train (else dev) hard negatives help, did it hold on the
 held-out test split, and did any language pair or category get worse (finetune_verdict.parquet)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ OVERALL_COLUMNS = ("provider", "base_provider", "split", "measure", "n", "base",
                    "p_value", "gain_not_on_test")
 SLICE_COLUMNS = ("provider", "split", "slice_kind", "slice", "n", "base", "tuned", "diff", "ci_low", "ci_high",
                  "p_value", "worse_slice", "gain_not_on_test")
-TRAINING_COLUMNS = ("provider", "base", "triples", "epochs", "batch_size", "lr", "max_seq_length", "steps",
+TRAINING_COLUMNS = ("provider", "base", "source_split", "triples", "epochs", "batch_size", "lr", "max_seq_length", "steps",
                     "final_loss", "train_seconds", "train_cpu_seconds", "peak_rss_mb", "trained_now")
 
 
@@ -31,7 +31,8 @@ def finetune_section(output_dir: Path, measure: str, section_type, paragraph, ta
     overall = verdict.filter((pl.col("slice_kind") == "all") & pl.col("measure").is_in(shown))
     for line in verdict_lines(verdict, overall, measure):
         paragraph(section, line)
-    paragraph(section, "Fine-tuned minus base, exact search, on the dev split it was trained on and on the held-out "
+    paragraph(section, "Fine-tuned minus base, exact search, on the dev split (the queries it was trained on when "
+                       "the dataset has no train split: source_split below) and on the held-out "
                        "test split; paired bootstrap 95% intervals and randomization p-values over the split's queries. "
                        "gain_not_on_test: a significant dev gain that is not significant on test.")
     table(section, overall.select([c for c in OVERALL_COLUMNS if c in overall.columns]))

@@ -56,7 +56,7 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
 
     if settings.enabled:
         history.append_run(store, run_id, manifest, summary, per_query)
-    measure = spec.report.primary_measure
+    measure = spec.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
     verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None)
     write_parquet(verdict.assessment(), output_dir / "verdict.parquet")

@@ -34,14 +34,15 @@ __all__ = ["CORPUS_SCHEMA", "QRELS_SCHEMA", "QUERIES_SCHEMA", "Dataset", "Datase
 def load_dataset(
     path: str | Path,
     format: str,
-    split: str = "dev",
+    split: str = "all",
     *,
     qrels_path: str | Path | None = None,
     grade_map: dict[int, int] | None = None,
     unicode: str = "nfc",
     **options: Any,
 ) -> Dataset:
-    """Load and validate a collection, keeping only the queries of `split` ("dev", "test", "all").
+    """Load and validate a collection, keeping only the queries of `split` ("train", "dev", "test",
+    or "all", the default).
 
     `qrels_path` replaces the format's judgments by a TREC qrels file; `grade_map` maps raw
     grades before validation (it must cover every grade present). Queries without judgments

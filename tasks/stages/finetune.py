@@ -1,8 +1,8 @@
-"""Fine-tune a local sentence-transformers model on dev-split hard negatives, once per inputs:
-the trained folder is content-addressed (base fingerprint + triples + hyperparameters).
+"""Fine-tune a local sentence-transformers model on hard negatives, once per inputs: the trained
+folder is content-addressed (base fingerprint + triples + hyperparameters).
 
-Triples come from tasks/analysis/hard_negatives.py (the dev split only); this stage checks
-again that no training query is a test-split query (by id, and by text), because a model tuned
+Triples come from tasks/analysis/hard_negatives.py (the train split, else dev; never test); this
+stage checks again that no training query is a test-split query (by id, and by text), because a model tuned
 on its own test queries makes every later number on them meaningless. Training uses
 sentence-transformers' trainer with MultipleNegativesRankingLoss (the batch's other documents
 and the mined hard negative are the negatives), on CPU, seeded.
@@ -19,7 +19,9 @@ from typing import Callable
 
 import polars as pl
 
-from tasks.analysis.hard_negatives import HELD_OUT_SPLIT, TRAIN_SPLIT, TRIPLET_KEYS, HeldOutSplitError
+from tasks.analysis.hard_negatives import (
+    HELD_OUT_SPLIT, TRIPLET_KEYS, HeldOutSplitError, mining_split, normalised_query_text,
+)
 from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
 from tasks.datasets.errors import DatasetError
@@ -35,7 +37,7 @@ FOLDER_FILES = (WEIGHTS_FILE, LOG_FILE, TRAINING_RECORD)
 
 
 class FinetuneInputError(DatasetError):
-    """The triples cannot train a model (too few, or not from the dev split): a problem of the
+    """The triples cannot train a model (too few, or not from the mining split): a problem of the
     data the spec points at, reported like any other (one `retbench: ...` line)."""
 
 
@@ -44,6 +46,7 @@ class FinetunedModel(StageResult):
     """A trained model folder in the store: `path` is the folder (model/, training_log.parquet, training.json)."""
 
     base: str  # the spec's provider it was trained from
+    source_split: str | None = None  # the split its triples were mined from (None: a folder trained before it was recorded)
     triples: int
     triples_sha256: str
     hyperparameters: dict
@@ -62,16 +65,19 @@ class FinetunedModel(StageResult):
     def table(self) -> pl.DataFrame:
         """One row: what a training table shows."""
         return pl.DataFrame([{
-            "base": self.base, "key": self.key[:16], "triples": self.triples, **self.hyperparameters,
+            "base": self.base, "key": self.key[:16], "source_split": self.source_split, "triples": self.triples,
+            **self.hyperparameters,
             "steps": self.steps, "final_loss": self.final_loss, "train_seconds": self.train_seconds,
             "train_cpu_seconds": self.train_cpu_seconds,
             "peak_rss_mb": self.peak_rss_mb, "trained_now": self.computed,
         }])
 
 
-def check_training_queries(pairs: pl.DataFrame, queries: pl.DataFrame) -> None:
-    """Every training query must be a dev-split query of the dataset, and no anchor may be the
-    text of a test-split query (the same question under another id is still the test set)."""
+def check_training_queries(pairs: pl.DataFrame, queries: pl.DataFrame, split: str | None = None) -> None:
+    """Every training query must be a query of the mining split (`split`, else mining_split's
+    choice: train, else dev), and no anchor may be the text of a test-split query (the same
+    question under another id is still the test set)."""
+    split = mining_split(queries, split)
     for column in ("query_id", "anchor"):
         if column not in pairs.columns:
             raise FinetuneInputError(f"training pairs: missing column {column!r} (expected hard_negative_pairs' output)")
@@ -79,48 +85,51 @@ def check_training_queries(pairs: pl.DataFrame, queries: pl.DataFrame) -> None:
     unknown = sorted({q for q in pairs["query_id"].to_list() if q not in split_of})
     if unknown:
         raise FinetuneInputError(f"training pairs name queries not in the dataset: {unknown[:5]} ({len(unknown)} in all)")
-    held_out = sorted({q for q in pairs["query_id"].to_list() if split_of[q] != TRAIN_SPLIT})
-    if held_out:
-        raise HeldOutSplitError(f"{len(held_out)} training queries are not in the {TRAIN_SPLIT!r} split "
-                                f"(first: {held_out[0]!r}, split {split_of[held_out[0]]!r}): refusing to train; "
+    elsewhere = sorted({q for q in pairs["query_id"].to_list() if split_of[q] != split})
+    if elsewhere:
+        raise HeldOutSplitError(f"{len(elsewhere)} training queries are not in the {split!r} split "
+                                f"(first: {elsewhere[0]!r}, split {split_of[elsewhere[0]]!r}): refusing to train; "
                                 f"the {HELD_OUT_SPLIT!r} split is held out")
-    leaked = pairs.filter(_same_text_as_held_out(queries))
+    leaked = pairs.filter(_same_text_as_test(pairs, queries))
     if leaked.height:
         raise HeldOutSplitError(f"training query {leaked['query_id'][0]!r} has the text of a {HELD_OUT_SPLIT!r}-split "
                                 f"query ({leaked['anchor'][0]!r}): refusing to train on held-out queries")
 
 
-def _same_text_as_held_out(queries: pl.DataFrame) -> pl.Expr:
-    """True for a triple whose query text (trimmed, lower-cased) is also a held-out query's."""
-    held_out = queries.filter(pl.col("split") != TRAIN_SPLIT)["text"].str.strip_chars().str.to_lowercase()
-    return pl.col("anchor").str.strip_chars().str.to_lowercase().is_in(held_out.unique().implode())
+def _same_text_as_test(pairs: pl.DataFrame, queries: pl.DataFrame) -> pl.Series:
+    """True for a triple whose query text (normalised_query_text) is also a test query's."""
+    test = {normalised_query_text(t) for t in queries.filter(pl.col("split") == HELD_OUT_SPLIT)["text"].to_list()}
+    return pl.Series([normalised_query_text(a) in test for a in pairs["anchor"].to_list()], dtype=pl.Boolean)
 
 
 def drop_held_out_texts(pairs: pl.DataFrame, queries: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """The triples without those whose dev query has the text of a held-out query (XQuAD asks
-    some questions twice, under two ids), and how many were dropped: mining drops them, so
-    check_training_queries, the last guard, never sees one."""
-    kept = pairs.filter(~_same_text_as_held_out(queries))
+    """The triples without those whose query has the text of a test query (XQuAD asks some
+    questions twice, under two ids), and how many were dropped. Mining leaves such queries out
+    already (tasks.analysis.hard_negatives.mining_queries); this is for triples from elsewhere."""
+    kept = pairs.filter(~_same_text_as_test(pairs, queries))
     return kept, pairs.height - kept.height
 
 
 def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs: pl.DataFrame, queries: pl.DataFrame,
                       options: FinetunedOptions | dict, store: Path, force: bool = False,
-                      progress: Callable[[str], None] | None = None, key_path: str = "options") -> FinetunedModel:
+                      progress: Callable[[str], None] | None = None, key_path: str = "options",
+                      source_split: str | None = None) -> FinetunedModel:
     """Train (or find) the model for these inputs. `pairs`: hard_negative_pairs' output on the
-    dev split; `queries`: the dataset's queries with their split (to refuse held-out ones);
+    mining split (`source_split`, else train when `queries` have train queries, else dev);
+    `queries`: the dataset's queries with their split (to refuse held-out ones);
     `key_path` names the spec entry in errors (e.g. providers[3].options)."""
     options = options if isinstance(options, FinetunedOptions) else FinetunedOptions(**options)
     say = progress or (lambda message: None)
     if type(base) is not SentenceTransformersProvider:
         raise FinetuneInputError(f"{key_path}.base: provider {base_name!r} (kind {base.kind!r}) cannot be fine-tuned; "
                                  "expected a local sentence-transformers model")
-    check_training_queries(pairs, queries)
+    source_split = mining_split(queries, source_split or options.source_split)
+    check_training_queries(pairs, queries, source_split)
     if pairs.height < options.min_triples:
         raise FinetuneInputError(
             f"{key_path}.min_triples: {pairs.height} hard-negative triples were mined from "
-            f"{pairs['query_id'].n_unique()} {TRAIN_SPLIT!r} queries, but at least {options.min_triples} are needed; "
-            f"add judged dev queries, raise {key_path}.max_per_query, or lower {key_path}.min_triples")
+            f"{pairs['query_id'].n_unique()} {source_split!r} queries, but at least {options.min_triples} are needed; "
+            f"add judged {source_split} queries, raise {key_path}.max_per_query, or lower {key_path}.min_triples")
     triples = [_prefixed(t, base) for t in pairs.select(TRIPLET_KEYS).to_dicts()]
     base_fingerprint = full_fingerprint(base)
     triples_sha256 = stable_hash("triples", triples)
@@ -141,6 +150,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
             raise RuntimeError(f"training wrote no {WEIGHTS_FILE} (found {sorted(p.name for p in (tmp / 'model').iterdir())})")
         write_json(tmp / TRAINING_RECORD, {
             "base": base_name, "base_fingerprint_hash": fingerprint_hash(base_fingerprint), "base_fingerprint": base_fingerprint,
+            "source_split": source_split,
             "triples": len(triples), "triples_sha256": triples_sha256, "train_queries": sorted(set(pairs["query_id"].to_list())),
             "hyperparameters": hyperparameters, "train_seconds": seconds, "train_cpu_seconds": cpu, "threads": options.threads, "peak_rss_mb": peak,
             "query_prefix": base.options.query_prefix, "document_prefix": base.options.document_prefix,
@@ -154,6 +164,7 @@ def finetune_provider(base: SentenceTransformersProvider, base_name: str, pairs:
         f"({record['triples']} triples, {record['train_seconds']:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
     return FinetunedModel(
         path=str(folder), key=key, computed=built.computed, seconds=built.seconds, base=base_name,
+        source_split=record.get("source_split"),
         triples=record["triples"], triples_sha256=record["triples_sha256"], hyperparameters=record["hyperparameters"],
         train_seconds=record["train_seconds"], train_cpu_seconds=record.get("train_cpu_seconds"),
         peak_rss_mb=record["peak_rss_mb"],

@@ -1,7 +1,8 @@
-"""The fine-tune step of the pipeline: mine the base provider's exact-search dev run for hard
-negatives, train once per inputs (tasks/stages/finetune.py), and write its tables.
+"""The fine-tune step of the pipeline: mine the base provider's exact-search run for hard
+negatives on the train split (the dev split when there is no train query; `source_split`
+chooses), train once per inputs (tasks/stages/finetune.py), and write its tables.
 
-Also the pre-flight check: a dev split with too few judged queries cannot yield the triples a
+Also the pre-flight check: a mining split with too few judged queries cannot yield the triples a
 `kind: finetuned` provider asks for, which is refused before any model is loaded.
 """
 from __future__ import annotations
@@ -12,12 +13,10 @@ from typing import Callable
 
 import polars as pl
 
-from tasks.analysis.hard_negatives import TRAIN_SPLIT, hard_negative_pairs
+from tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, mining_split
 from tasks.providers.finetuned import FinetunedOptions
 from tasks.stages.dataset import load_saved_dataset
-from tasks.stages.finetune import (
-    FinetunedModel, FinetuneInputError, drop_held_out_texts, finetune_provider, write_training_tables,
-)
+from tasks.stages.finetune import FinetunedModel, FinetuneInputError, finetune_provider, write_training_tables
 
 
 def finetuned_providers(spec) -> list[tuple[int, object]]:
@@ -25,31 +24,33 @@ def finetuned_providers(spec) -> list[tuple[int, object]]:
     return [(i, p) for i, p in enumerate(spec.providers) if p.kind == "finetuned"]
 
 
-def dev_queries_with_a_positive(queries: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1) -> int:
-    """Dev-split queries judging at least one document relevant: the only ones that yield triples."""
-    dev = queries.filter(pl.col("split") == TRAIN_SPLIT).select("query_id")
+def queries_with_a_positive(queries: pl.DataFrame, qrels: pl.DataFrame, split: str, relevance_level: int = 1) -> int:
+    """Queries of `split` judging at least one document relevant: the only ones that yield triples."""
+    chosen = queries.filter(pl.col("split") == split).select("query_id")
     positive = qrels.filter(pl.col("grade") >= relevance_level).select("query_id").unique()
-    return dev.join(positive, on="query_id", how="semi").height
+    return chosen.join(positive, on="query_id", how="semi").height
 
 
 def enough_dev_queries(spec, queries: pl.DataFrame, qrels: pl.DataFrame, where: str) -> None:
-    """Raise FinetuneInputError, naming the key path, when the dev split cannot give any
-    fine-tuned provider its `min_triples`: a query yields at most `max_per_query` triples, so
-    ceil(min_triples / max_per_query) judged dev queries are needed at the very least."""
-    have = dev_queries_with_a_positive(queries, qrels)
+    """Raise FinetuneInputError, naming the key path, when a fine-tuned provider's mining split
+    (its source_split, else train when there are train queries, else dev) cannot give it its
+    `min_triples`: a query yields at most `max_per_query` triples, so
+    ceil(min_triples / max_per_query) judged queries of that split are needed at the very least."""
     for i, provider in finetuned_providers(spec):
         options = FinetunedOptions(**provider.options)
+        split = mining_split(queries, options.source_split)
+        have = queries_with_a_positive(queries, qrels, split)
         needed = math.ceil(options.min_triples / options.max_per_query)
         if have < needed:
             raise FinetuneInputError(
-                f"providers[{i}].options: {where} has {have} {TRAIN_SPLIT!r}-split queries with a relevant judgment, "
+                f"providers[{i}].options: {where} has {have} {split!r}-split queries with a relevant judgment, "
                 f"but provider {provider.name!r} needs at least {needed} to mine min_triples={options.min_triples} "
-                f"triples at max_per_query={options.max_per_query}; add judged dev queries, or lower "
+                f"triples at max_per_query={options.max_per_query}; add judged {split} queries, or lower "
                 f"providers[{i}].options.min_triples / raise providers[{i}].options.max_per_query")
 
 
 def check_finetune_inputs(spec) -> None:
-    """Pre-flight (before Prefect starts): read the dataset and refuse too few judged dev queries."""
+    """Pre-flight (before Prefect starts): read the dataset and refuse too few judged queries to mine."""
     if not finetuned_providers(spec):
         return
     from tasks.stages.dataset import load_spec_dataset
@@ -61,26 +62,28 @@ def check_finetune_inputs(spec) -> None:
 
 def train_from_run(tuned, base_model, run_path: str, dataset_path: str, store: str | Path, force: bool,
                    progress: Callable[[str], None], key_path: str) -> FinetunedModel:
-    """Mine (query, positive, hard negative) triples from the base's exact-search run on the dev
-    split, then train `tuned` (its ProviderSpec) from `base_model`, or find it in the store."""
+    """Mine (query, positive, hard negative) triples from the base's exact-search run on the
+    mining split (train, else dev; never a test query, nor one with a test query's text), then
+    train `tuned` (its ProviderSpec) from `base_model`, or find it in the store."""
     options = FinetunedOptions(**tuned.options)
     saved = load_saved_dataset(dataset_path)
     # The run file may be shared by settings: its provider column is whatever label wrote it.
     run = pl.read_parquet(run_path).with_columns(provider=pl.lit(options.base))
-    pairs, dropped = drop_held_out_texts(
-        hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query), saved.queries)
-    if dropped:
-        progress(f"{tuned.name}: {dropped} triples dropped: their dev query has the text of a test-split query")
+    mined = mining_queries(saved.queries, options.source_split)
+    if mined.same_text_as_test:
+        progress(f"{tuned.name}: {len(mined.same_text_as_test)} {mined.split!r} queries left out of mining: their text "
+                 f"is a test-split query's (first: {mined.same_text_as_test[0]!r})")
+    pairs = hard_negative_pairs(run, saved, options.base, "flat", None, max_per_query=options.max_per_query, mined=mined)
     pairs = capped(pairs, options)
     progress(f"{tuned.name}: {pairs.height} hard-negative triples mined from {pairs['query_id'].n_unique()} "
-             f"{TRAIN_SPLIT!r} queries of {options.base}'s exact-search run")
+             f"{mined.split!r} queries of {options.base}'s exact-search run")
     return finetune_provider(base_model, options.base, pairs, saved.queries, options, Path(store), force=force,
-                             progress=progress, key_path=key_path)
+                             progress=progress, key_path=key_path, source_split=mined.split)
 
 
 def capped(pairs: pl.DataFrame, options: FinetunedOptions) -> pl.DataFrame:
     """At most `max_triples` triples: a seeded sample, in mining order. The cap bounds the
-    training time on a large dev split (the time grows with the number of triples)."""
+    training time on a large mining split (the time grows with the number of triples)."""
     if options.max_triples is None or pairs.height <= options.max_triples:
         return pairs
     return pairs.sample(options.max_triples, seed=options.seed).sort("query_id", "negative_rank")

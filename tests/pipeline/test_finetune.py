@@ -126,8 +126,9 @@ def test_spec_refuses_bad_fine_tunes_with_key_paths(tmp_path):
     for providers, message in cases:
         with pytest.raises(SpecError, match=message):
             load_spec(_spec(tmp_path, providers))
-    with pytest.raises(SpecError, match=r"providers\[1\]\.options: fine-tuning mines the dev split, but dataset.split is 'test'"):
-        load_spec(_spec(tmp_path, MINILM + "  - {name: ft, kind: finetuned, options: {base: minilm}}\n", split="test"))
+    for split in ("test", "dev", "train"):  # the test queries must be loaded, to keep them out by id and by text
+        with pytest.raises(SpecError, match=rf"providers\[1\]\.options: fine-tuning mines .* dataset.split is '{split}'"):
+            load_spec(_spec(tmp_path, MINILM + "  - {name: ft, kind: finetuned, options: {base: minilm}}\n", split=split))
     spec = load_spec(_spec(tmp_path, MINILM + "  - {name: ft, kind: finetuned, options: {base: minilm, epochs: 2}}\n"))
     assert spec.providers[1].options == {"base": "minilm", "epochs": 2}
 

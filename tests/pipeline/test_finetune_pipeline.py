@@ -97,6 +97,7 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
 
     trained = result.manifest["finetuned"]["minilm-ft"]
     assert trained["trained_now"] and trained["triples"] == 8 and trained["base"] == "minilm"
+    assert trained["source_split"] == "dev"  # the sample has no train query: dev is mined
     queries = pl.read_ndjson(ROOT / "data" / "sample" / "queries.jsonl")
     dev = set(queries.filter(pl.col("split") == "dev")["id"].to_list())
     test = set(queries.filter(pl.col("split") == "test")["id"].to_list())
@@ -106,6 +107,7 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
     out = tmp_path / "out"
     training = pl.read_parquet(out / "finetune_training.parquet").row(0, named=True)
     assert (training["provider"], training["triples"], training["steps"]) == ("minilm-ft", 8, 2)  # 8 triples / 4
+    assert training["source_split"] == "dev"
     loss = pl.read_parquet(out / "finetune_loss.parquet")
     assert loss["step"].to_list() == [1, 2] and loss["provider"].unique().to_list() == ["minilm-ft"]
     verdict = pl.read_parquet(out / "finetune_verdict.parquet")

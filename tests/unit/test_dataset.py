@@ -124,7 +124,7 @@ BROKEN = [
     ("corpus.jsonl", [CORPUS[0], CORPUS[1], CORPUS[0]], r"corpus\.jsonl:3: duplicate id 'd1' \(first at .*corpus\.jsonl:1\)"),
     ("corpus.jsonl", [{"id": "d1", "text": "x", "language": ""}], r"corpus\.jsonl:1: field 'language' is empty"),
     ("queries.jsonl", [QUERIES[0], {"id": "q2", "text": "   "}], r"queries\.jsonl:2: field 'text' is empty"),
-    ("queries.jsonl", [{"id": "q1", "text": "x", "split": "train"}], r"queries\.jsonl:1: query 'q1' has split 'train'; expected one of \['dev', 'test'\]"),
+    ("queries.jsonl", [{"id": "q1", "text": "x", "split": "validation"}], r"queries\.jsonl:1: query 'q1' has split 'validation'; expected one of \['train', 'dev', 'test'\]"),
     ("queries.jsonl", [{"id": "q1", "text": "x", "split": ""}], r"queries\.jsonl:1: query 'q1' has split ''; expected"),
     ("corpus.jsonl", ["", "  "], r"corpus\.jsonl: no documents; expected at least one"),
     ("queries.jsonl", [{"id": "q1", "text": "x", "category": 3}], r"queries\.jsonl:1: field 'category' must be a string"),
@@ -177,8 +177,8 @@ def test_grade_map_applies_before_validation_and_must_cover_every_grade(folder):
 def test_bad_arguments_are_refused(folder):
     with pytest.raises(DatasetError, match=r"unknown dataset format 'csv'"):
         load_dataset(folder, "csv")
-    with pytest.raises(DatasetError, match=r"unknown split 'train'"):
-        load_dataset(folder, "jsonl", "train")
+    with pytest.raises(DatasetError, match=r"unknown split 'validation' \(expected one of \['train', 'dev', 'test', 'all'\]\)"):
+        load_dataset(folder, "jsonl", "validation")
     with pytest.raises(DatasetError, match=r"unknown option\(s\) \['doc_language'\] for format 'jsonl'"):
         load_dataset(folder, "jsonl", doc_language="hi")
 
@@ -272,6 +272,44 @@ def test_beir_query_in_two_splits_is_refused(beir):
     (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n1\t12\t1\n", encoding="utf-8")
     with pytest.raises(DatasetError, match=r"query '1' is also judged in split 'dev'"):
         load_dataset(beir, "beir", "all")
+
+
+def test_beir_train_dev_and_test_qrels_keep_their_split_names(beir, caplog):
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n4\t10\t1\n", encoding="utf-8")
+    write_lines(beir / "queries.jsonl", [
+        {"_id": "1", "text": "what is lift"}, {"_id": "2", "text": "भारत"}, {"_id": "3", "text": "what is drag"},
+        {"_id": "4", "text": "lift again"}, {"_id": "5", "text": "judged nowhere"},
+    ])
+    every = load_dataset(beir, "beir", "all")
+    assert dict(every.queries.select("query_id", "split").iter_rows()) == {"1": "test", "2": "test", "3": "dev",
+                                                                          "4": "train"}
+    train = load_dataset(beir, "beir", "train")
+    assert train.queries["query_id"].to_list() == ["4"] and train.qrels.rows() == [("4", "10", 1)]
+    with caplog.at_level(logging.WARNING, logger="retbench.dataset"):
+        test = load_dataset(beir, "beir", "test")
+    # 3 (dev) and 4 (train) are judged in their own files: not test queries "without judgments";
+    # 5 is judged in no file, so it is held out (a test query) and is the one counted.
+    assert test.unjudged_queries == ("5",)
+    assert "1 queries in split 'test' have no judgments and are not scored: 5" in caplog.text
+    assert "1 queries judged in no qrels file: put in 'test'" in test.notes
+    assert sorted(test.queries["query_id"].to_list()) == ["1", "2"]
+
+
+def test_beir_qrels_file_that_names_no_split_is_refused(beir):
+    (beir / "qrels" / "validation.tsv").write_text("query-id\tcorpus-id\tscore\n3\t12\t1\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"qrels: qrels file\(s\) \['validation\.tsv'\] name no split; "
+                                           r"expected train\.tsv, dev\.tsv, test\.tsv"):
+        load_dataset(beir, "beir", "test")
+
+
+def test_jsonl_train_split(folder):
+    write_lines(folder / "queries.jsonl", QUERIES + [{"id": "q5", "text": "wing drag", "split": "train"}])
+    write_lines(folder / "qrels.jsonl", QRELS + [{"query_id": "q5", "doc_id": "d1", "grade": 1}])
+    train = load_dataset(folder, "jsonl", "train")
+    assert train.queries.select("query_id", "split").rows() == [("q5", "train")]
+    every = load_dataset(folder, "jsonl")  # the default split: all
+    assert dict(every.queries.select("query_id", "split").iter_rows()) == {"q1": "dev", "q2": "test", "q4": "test",
+                                                                          "q5": "train"}
 
 
 # ---------------------------------------------------------------- hashing and saving
@@ -371,6 +409,8 @@ def test_cranfield():
 def test_cranfield_options():
     with pytest.raises(DatasetError, match="Cranfield has no dev split"):
         load_dataset(CRANFIELD, "cranfield", "dev")
+    with pytest.raises(DatasetError, match="Cranfield has no train split"):
+        load_dataset(CRANFIELD, "cranfield", "train")
     default = load_dataset(CRANFIELD, "cranfield", "all")
     assert content_hash(default) == content_hash(load_dataset(CRANFIELD, "cranfield", "test"))
     # The TREC-format copy is NOT the same judgments: its 225 "-1" (not relevant) rows read "1"

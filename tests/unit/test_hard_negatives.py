@@ -12,6 +12,9 @@ from tasks.analysis.hard_negatives import (
     HeldOutSplitError,
     hard_negative_pairs,
     hard_negative_triples,
+    mining_queries,
+    mining_split,
+    normalised_query_text,
     write_triples,
 )
 from tasks.analysis.runs import RUN_SCHEMA
@@ -160,3 +163,62 @@ def test_cli_refuses_test_split(tmp_path, capsys):
 def test_cli_names_a_missing_manifest(tmp_path, capsys):
     assert _cli(["hard-negatives", str(tmp_path), "--provider", "m", "--out", str(tmp_path / "t.jsonl")]) == 2
     assert "manifest.json: missing" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the split mined
+
+# The same collection with train queries: t2 and t3 are train queries, and t3 asks the test
+# query t1's question in other case and spacing (the same question under another id).
+TRAIN_QUERIES = pl.concat([QUERIES, pl.DataFrame([
+    ("t2", "refund policy", "en", "billing", "train"),
+    ("t3", "  Refund   TIME", "en", "billing", "train"),
+], schema=QUERIES_SCHEMA, orient="row")])
+TRAIN_QRELS = pl.concat([QRELS, pl.DataFrame([("t2", "r2", 2), ("t3", "r1", 1)], schema=QRELS_SCHEMA, orient="row")])
+WITH_TRAIN = Dataset("hand", CORPUS, TRAIN_QUERIES, TRAIN_QRELS)
+TRAIN_RUN = pl.concat([RUN, pl.DataFrame(
+    [(q, "m", "flat", None, 0, doc, f"{doc}#0", 1.0 - i / 10)
+     for q, docs in {"t2": ["n1", "r2"], "t3": ["n3", "r1"]}.items() for i, doc in enumerate(docs)],
+    schema=RUN_SCHEMA, orient="row")])
+
+
+def test_mining_takes_train_when_present_else_dev_and_the_override_wins():
+    assert mining_split(QUERIES) == "dev"
+    assert mining_split(TRAIN_QUERIES) == "train"
+    assert mining_split(TRAIN_QUERIES, "dev") == "dev"
+    with pytest.raises(HeldOutSplitError, match="held out"):
+        mining_split(TRAIN_QUERIES, "test")
+    with pytest.raises(ValueError, match=r"unknown mining split 'validation'; expected one of \['train', 'dev'\]"):
+        mining_split(TRAIN_QUERIES, "validation")
+    # train present: only train queries are mined (t3 left out, see below); the override mines dev.
+    assert set(hard_negative_pairs(TRAIN_RUN, WITH_TRAIN, "m")["query_id"]) == {"t2"}
+    assert set(hard_negative_pairs(TRAIN_RUN, WITH_TRAIN, "m", split="dev")["query_id"]) == {"d1", "d2"}
+    with pytest.raises(ValueError, match=r"1 selected queries are not in the 'train' split being mined \(first: 'd1', split 'dev'\)"):
+        hard_negative_pairs(TRAIN_RUN, WITH_TRAIN, "m", query_ids=["t2", "d1"])
+    with pytest.raises(ValueError, match=r"no 'train' queries to mine"):
+        hard_negative_pairs(RUN, DATASET, "m", split="train")
+
+
+def test_a_train_query_with_a_test_querys_text_is_left_out_and_counted(caplog):
+    assert normalised_query_text("  Refund \u00a0 TIME\n") == normalised_query_text("refund time") == "refund time"
+    with caplog.at_level("WARNING", logger="retbench.hard_negatives"):
+        mined = mining_queries(TRAIN_QUERIES)
+    assert (mined.split, mined.same_text_as_test) == ("train", ("t3",))
+    assert mined.queries["query_id"].to_list() == ["t2"]
+    assert "1 'train' queries left out of mining: their text is a 'test' query's (first: 't3')" in caplog.text
+    pairs = hard_negative_pairs(TRAIN_RUN, WITH_TRAIN, "m", max_per_query=100)
+    assert "t3" not in pairs["query_id"].to_list() and pairs.select("query_id", "negative_id").rows() == [("t2", "n1")]
+
+
+def test_cli_mines_train_when_present_and_dev_on_request(tmp_path, capsys):
+    dataset_dir = save_dataset(WITH_TRAIN, tmp_path / "store" / "datasets" / "x")
+    out = tmp_path / "out"
+    out.mkdir()
+    TRAIN_RUN.write_parquet(out / "runs.parquet")
+    (out / "manifest.json").write_text(json.dumps({"dataset": {"path": str(dataset_dir)}}))
+    target = tmp_path / "triples.jsonl"
+    assert _cli(["hard-negatives", str(out), "--provider", "m", "--out", str(target)]) == 0
+    said = capsys.readouterr().out
+    assert "wrote 1 triples from 1 train queries" in said
+    assert "left out 1 train queries whose text is a test query's (first: t3)" in said
+    assert _cli(["hard-negatives", str(out), "--provider", "m", "--split", "dev", "--out", str(target)]) == 0
+    assert "from 2 dev queries" in capsys.readouterr().out

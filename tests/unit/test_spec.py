@@ -21,7 +21,7 @@ providers: [{name: h, kind: hashing}]
 def test_defaults_and_paths_resolved_against_the_spec_folder(tmp_path):
     spec = load_spec(_write(tmp_path, MINIMAL))
     assert spec.k == [5, 10, 20]
-    assert spec.dataset.split == "dev"
+    assert spec.dataset.split == "all"  # every query, each scored under its own split
     assert spec.dataset.path == (tmp_path / "data").resolve()
     assert spec.store_dir == str((tmp_path / ".store").resolve())
     assert spec.indexes.flat and spec.indexes.ivf.nprobe == [1, 4, 16]
@@ -65,10 +65,38 @@ def test_shipped_specs_are_valid():
 
 
 def test_report_primary_measure_defaults_and_must_be_scored(tmp_path):
-    assert load_spec(_write(tmp_path, MINIMAL)).report.primary_measure == "ndcg@10"
-    assert load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: recall@20}\n")).report.primary_measure == "recall@20"
+    spec = load_spec(_write(tmp_path, MINIMAL))
+    assert (spec.primary_measure, spec.primary_measure_defaulted, spec.report.primary_measure) == ("ndcg@10", True, None)
+    chosen = load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: recall@20}\n"))
+    assert (chosen.primary_measure, chosen.primary_measure_defaulted) == ("recall@20", False)
     # ndcg@50 is a real measure, but with k = [5, 10, 20] the run never scores it.
-    with pytest.raises(SpecError, match=r"report\.primary_measure 'ndcg@50' is not scored by this spec \(with k=\[5, 10, 20\]"):
+    with pytest.raises(SpecError, match=r"report\.primary_measure: 'ndcg@50' is not scored by this spec \(with k=\[5, 10, 20\]"):
         load_spec(_write(tmp_path, MINIMAL + "report: {primary_measure: ndcg@50}\n"))
     with pytest.raises(SpecError, match=r"report\.primary_measurre: unknown key"):
         load_spec(_write(tmp_path, MINIMAL + "report: {primary_measurre: mrr}\n"))
+
+
+@pytest.mark.parametrize("ks, expected", [
+    ("[5]", "ndcg@5"),           # the only cutoff
+    ("[5, 20]", "ndcg@5"),       # 5 is 5 from 10, 20 is 10 from it
+    ("[5, 15]", "ndcg@15"),      # as near: the larger, which looks deeper
+    ("[1, 3, 12, 100]", "ndcg@12"),
+    ("[10, 20]", "ndcg@10"),
+])
+def test_primary_measure_defaults_to_ndcg_at_the_cutoff_nearest_10(tmp_path, ks, expected):
+    spec = load_spec(_write(tmp_path, MINIMAL + f"k: {ks}\n"))
+    assert spec.primary_measure == expected and spec.primary_measure_defaulted
+
+
+def test_a_primary_measure_error_does_not_hide_the_other_errors(tmp_path):
+    # k: [5] alone is a valid spec: nothing refused over a key the user never wrote.
+    unknown_option = "providers: [{name: h, kind: hashing, options: {dimm: 8}}]\nk: [5]\n"
+    with pytest.raises(SpecError) as error:
+        load_spec(_write(tmp_path, MINIMAL.replace("providers: [{name: h, kind: hashing}]\n", unknown_option)))
+    assert "providers[0].options.dimm: unknown key" in str(error.value)
+    # A primary measure the spec does not score is reported beside the other error, not instead of it.
+    with pytest.raises(SpecError) as error:
+        load_spec(_write(tmp_path, MINIMAL.replace("providers: [{name: h, kind: hashing}]\n", unknown_option)
+                         + "report: {primary_measure: ndcg@10}\n"))
+    assert "providers[0].options.dimm: unknown key" in str(error.value)
+    assert "report.primary_measure: 'ndcg@10' is not scored by this spec (with k=[5]" in str(error.value)

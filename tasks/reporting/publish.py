@@ -58,7 +58,9 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         history.append_run(store, run_id, manifest, summary, per_query)
     measure = spec.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
-    verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None)
+    note = (f"Ranked by {measure}: report.primary_measure is not set, so nDCG at the spec's cutoff nearest 10 "
+            f"(k: {spec.k})." if spec.primary_measure_defaulted else None)
+    verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None, note)
     write_parquet(verdict.assessment(), output_dir / "verdict.parquet")
     with figures.cached_in(store):
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,

@@ -195,7 +195,7 @@ def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force:
 
     result = cached_sweep(doc_set, query_set, chunks.path, dataset.key, dataset.qrels_path, spec.sweep,
                           Path(spec.store_dir), Path(spec.output_dir), force=force, remeasure=remeasure,
-                          progress=log.info)
+                          progress=log.info, queries_path=dataset.queries_path)
     log.info(f"recommended: {result.recommendation}")
     return result
 

@@ -17,6 +17,10 @@ SYSTEMS_SCHEMA = {
     "setting": pl.String, "params": pl.String,  # the system's label and query parameters (tasks/config/setting.py)
     "system": pl.String, "kind": pl.String, "index": pl.String, "first": pl.String, "second": pl.String,
     "reranker": pl.String, "top_n": pl.Int64, "alpha": pl.Float64,
+    # A score fusion's weight: where it was chosen ("dev", or "spec" when given), and the fusion's
+    # measure at that weight on the dev queries it was chosen on and on the held-out test queries.
+    "alpha_chosen_on": pl.String, "alpha_measure": pl.String, "alpha_dev_queries": pl.Int64,
+    "alpha_dev_score": pl.Float64, "alpha_test_queries": pl.Int64, "alpha_test_score": pl.Float64,
     "first_stage_p50_ms": pl.Float64, "first_stage_p95_ms": pl.Float64,
     "added_p50_ms": pl.Float64, "added_p95_ms": pl.Float64, "total_p95_ms_upper_bound": pl.Float64,
     "usd_per_1000_queries": pl.Float64,
@@ -30,6 +34,17 @@ def _name(setting) -> str | None:
         return None
     provider, index, nprobe = setting
     return f"{provider}/{index}" + ("" if nprobe is None else f"@{nprobe}")
+
+
+def _alpha_choice(facts: dict) -> dict:
+    """The alpha columns from a hybrid run's facts (tasks/analysis/fusion.AlphaChoice.manifest)."""
+    alpha = facts.get("alpha")
+    if alpha is None:
+        return {}
+    dev_scores = facts.get("dev_scores") or {}
+    return {"alpha_chosen_on": facts.get("chosen_on"), "alpha_measure": facts.get("measure"),
+            "alpha_dev_queries": facts.get("dev_queries"), "alpha_dev_score": dev_scores.get(f"{alpha:g}"),
+            "alpha_test_queries": facts.get("test_queries"), "alpha_test_score": facts.get("test_score")}
 
 
 def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | None,
@@ -68,7 +83,7 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
         rows.append({"setting": s.setting.label if s.setting else s.system,
                      "params": s.setting.params_json if s.setting else "{}", "system": s.system, "kind": s.kind, "index": s.index, "first": _name(s.first),
                      "second": _name(s.second), "reranker": facts.get("reranker"), "top_n": facts.get("top_n"),
-                     "alpha": facts.get("alpha"), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
+                     "alpha": facts.get("alpha"), **_alpha_choice(facts), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
                      "added_p50_ms": added50, "added_p95_ms": added95, "total_p95_ms_upper_bound": total,
                      "usd_per_1000_queries": usd, "added_p95_ms_low": added95_low, "added_p95_ms_high": added95_high})
     tables = {"systems": pl.DataFrame(rows, schema=SYSTEMS_SCHEMA)}

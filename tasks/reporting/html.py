@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import polars as pl
 
 from tasks.analysis.breakdown import paired_comparison
+from tasks.analysis.cheaper import ON_TEST
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
 from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
@@ -396,7 +397,8 @@ def ann_section(output_dir: Path, measure: str) -> Section | None:
         _figure(section, figures.sweep_plot(sweep, recommendations.get("recommendations", {})), "recall against speed",
                 "Neighbour recall (share of exact search's top k that the index returns) against batched queries per "
                 "second, log scale, per provider; one line per built index, the star is exact search. Red ring: the "
-                "recommended setting, the fastest whose quality loss stays within the sweep's budget.")
+                "recommended setting, the fastest whose quality loss stays within the sweep's budget (on the dev "
+                "queries when the data has a held-out split; its loss on the test queries is then checked apart).")
         for line in recommendations.get("lines", []):
             _p(section, "Recommended: " + line)
     if ann is not None and ann.height:
@@ -475,7 +477,10 @@ def cheaper_section(output_dir: Path, measure: str) -> Section | None:
                 f"float vectors a rescoring index keeps beside it), encoding speed against the full model (when the "
                 f"engine changed), and {measure} with its change against the full version (95% paired interval where "
                 f"the queries pair up; a compressed index's from the ANN sweep, against its own exact search at the sweep's "
-                f"depth). Every measure is in cheaper_variants.parquet.")
+                f"depth). Every measure is in cheaper_variants.parquet."
+                + (f" Values whose basis ends in '{ON_TEST[2:]}' are on the {int(table['delta_queries'].max())} "
+                   f"held-out test queries only."
+                   if "delta_basis" in table.columns and table["delta_basis"].str.ends_with(ON_TEST).any() else ""))
     _table(section, trim(frame, constant_ok=("index",)))
     return section
 

@@ -46,20 +46,23 @@ _SWEEP_FILES = ("table.parquet", "lost.parquet", "sweep.json")
 
 
 def cached_sweep(doc_set, query_set, chunks_path: str, dataset_key: str, qrels_path: str, spec, store: Path,
-                 output_dir: Path, force: bool = False, remeasure: bool = False, progress=None):
+                 output_dir: Path, force: bool = False, remeasure: bool = False, progress=None,
+                 queries_path: str | None = None):
     """`run_sweep`, unless the same sweep already ran on this machine: then its tables are
-    copied to the output folder and the plot and recommendation are made from them."""
+    copied to the output folder and the plot and recommendation are made from them.
+    `queries_path` (the dataset's queries, with their split) adds the dev/test columns."""
     from tasks.analysis.ann_recommend import recommend
     from tasks.stages.sweep import SweepResult, plot_sweep, run_sweep
 
-    key = stable_hash("ann-sweep-v1", doc_set.key, query_set.key, Path(chunks_path).name, dataset_key,
+    # v2: the table has dev and test columns when the queries have a held-out split.
+    key = stable_hash("ann-sweep-v2", doc_set.key, query_set.key, Path(chunks_path).name, dataset_key,
                       spec.model_dump(mode="json"), machine_id())
     folder = Path(store) / "measurements" / "ann_sweep" / key[:32]
     fresh: dict = {}
 
     def build(tmp: Path) -> None:
         result = run_sweep(doc_set, query_set, chunks_path, qrels_path, spec, store, output_dir, force=force,
-                           progress=progress)
+                           progress=progress, splits=queries_path)
         fresh["result"] = result
         tmp.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.path, tmp / "table.parquet")

@@ -9,7 +9,9 @@ binary index's float re-scoring depth) are swept on the loaded index without reb
 (tolerant of exact-score ties at the k-th place), the change in document-level Recall@k, MRR
 and nDCG@k after MaxP with a paired bootstrap interval, the relevant documents exact search
 found and the setting lost, build/train seconds, bytes, batched QPS and single-query latency
-percentiles with one thread and with all.
+percentiles with one thread and with all. When the queries have a held-out test split, every
+quality column is also given for the dev queries (every query not in test) and the test queries
+apart (`_dev`, `_test` columns), so the recommendation is chosen on dev and checked on test.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
 from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
 from tasks.stages.index import BuiltIndex, build_index, index_path, load_index, set_query_params
 from tasks.stages.sweep_grid import default_pq_m, default_pq_nbits, resolve_grid  # noqa: F401  (re-exported)
+from tasks.analysis.ann_recommend import CHOOSE, HELD_OUT, split_column
 from tasks.analysis.ann_recommend import Recommendation, recommend, relative_loss  # noqa: F401  (re-exported)
 from tasks.stages.vectors import l2_normalized
 from tasks.analysis.metrics import evaluate
@@ -170,6 +173,22 @@ def _per_query_matrix(run: pl.DataFrame, qrels: pl.DataFrame, measures: list[str
     return out
 
 
+def split_masks(query_order: pl.DataFrame, splits: pl.DataFrame | str | Path | None) -> dict[str, np.ndarray]:
+    """{"dev": mask, "test": mask} over query_order when its queries include test ones and others
+    ("dev" is every query not in test, a train split included); {} with only one split."""
+    if splits is None:
+        return {}
+    if not isinstance(splits, pl.DataFrame):
+        splits = pl.read_parquet(splits, columns=["query_id", "split"])
+    if "split" not in splits.columns:
+        raise ValueError(f"query splits: expected columns query_id and split (found {splits.columns})")
+    aligned = query_order.join(splits.select("query_id", "split"), on="query_id", how="left", maintain_order="left")
+    test = (aligned["split"] == HELD_OUT).fill_null(False).to_numpy()
+    if not test.any() or test.all():
+        return {}
+    return {CHOOSE: ~test, HELD_OUT: test}
+
+
 def _top_k(run: pl.DataFrame, k: int) -> pl.DataFrame:
     return trec_order(run).filter(pl.col("rank") <= k)
 
@@ -184,9 +203,12 @@ def run_sweep(
     output_dir: Path,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
+    splits: pl.DataFrame | str | Path | None = None,
 ) -> SweepResult:
     """Sweep one provider; writes `output_dir/ann_sweep/<provider>.parquet` (the table),
-    `<provider>.lost.parquet` and `<provider>.png`. `qrels` is a frame or a Parquet path."""
+    `<provider>.lost.parquet` and `<provider>.png`. `qrels` is a frame or a Parquet path;
+    `splits` (query_id, split: a frame or the dataset's queries.parquet) adds the dev and
+    test columns when both splits have judged queries."""
     say = progress or (lambda message: None)
     stages: dict[str, float] = {}
     clock = time.perf_counter()
@@ -251,6 +273,7 @@ def run_sweep(
             reference["scores"] = exact_scores_of(flat, queries, ids)
             reference["order"] = run.select("query_id").unique().join(qrels.select("query_id").unique(), on="query_id").sort("query_id")
             reference["values"] = _per_query_matrix(run, qrels, measures, reference["order"], spec.relevance_level)
+            reference["masks"] = split_masks(reference["order"], splits)
             reference["top"] = _top_k(run, spec.k).join(relevant, on=["query_id", "doc_id"]).select(
                 "query_id", "doc_id", "grade", exact_rank="rank")
         recall = neighbour_recall(reference["ids"], reference["scores"], ids, exact_scores_of(flat, queries, ids), spec.k)
@@ -270,6 +293,15 @@ def run_sweep(
             row[f"flat_{measure}"] = float(exact.mean()) if len(exact) else float("nan")
             row[f"delta_{measure}"] = float((approx - exact).mean()) if len(exact) else float("nan")
             row[f"delta_{measure}_ci_low"], row[f"delta_{measure}_ci_high"] = low, high
+        for split, mask in reference["masks"].items():
+            row[split_column("queries", split)] = int(mask.sum())
+            for measure in measures:
+                exact, approx = reference["values"][measure][mask], values[measure][mask]
+                low, high = bootstrap_ci(approx - exact, spec.bootstrap, spec.seed, spec.confidence)
+                row[split_column(f"flat_{measure}", split)] = float(exact.mean())
+                row[split_column(f"delta_{measure}", split)] = float((approx - exact).mean())
+                row[split_column(f"delta_{measure}_ci_low", split)] = low
+                row[split_column(f"delta_{measure}_ci_high", split)] = high
         row.update({
             "build_seconds": info.build_seconds,
             "train_seconds": info.train_seconds,
@@ -316,8 +348,10 @@ def run_sweep(
     stages.update(timers)
 
     # 4. Tables, recommendation, plot.
-    table = pl.DataFrame(rows).with_columns(
-        relative_loss=relative_loss(pl.DataFrame(rows), spec.measure, "mean"))
+    table = pl.DataFrame(rows)
+    table = table.with_columns(relative_loss=relative_loss(table, spec.measure, "mean"),
+                               **{split_column("relative_loss", split): relative_loss(table, spec.measure, "mean", split)
+                                  for split in reference["masks"]})
     if spec.project_vectors:
         table = table.with_columns(projected_vectors=pl.lit(spec.project_vectors, dtype=pl.Int64),
                                    projected_index_bytes=pl.col("bytes_per_vector") * spec.project_vectors,
@@ -354,7 +388,8 @@ def _empty_lost() -> pl.DataFrame:
 
 def write_sweep_tables(results: list[SweepResult], output_dir: Path) -> dict[str, str]:
     """All providers in one `ann_sweep.parquet`/`.csv`, `ann_lost.parquet` and
-    `ann_recommendation.json` (one line per provider under "lines")."""
+    `ann_recommendation.json` (one line per provider under "lines", each ending in where the
+    setting was chosen and, with a held-out split, its loss on the test queries)."""
     output_dir = Path(output_dir)
     table = pl.concat([pl.read_parquet(r.path) for r in results], how="diagonal_relaxed")
     lost = pl.concat([pl.read_parquet(r.lost_path) for r in results], how="diagonal_relaxed")

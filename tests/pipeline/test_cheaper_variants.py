@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.cheaper import PAIRED, SUM, SWEEP, cheaper_variants_table
+from tasks.analysis.cheaper import ON_TEST, PAIRED, SUM, SWEEP, cheaper_variants_table
 from tasks.config.cheaper import CheaperVariant, cheaper_variants
 from tasks.config.spec import load_spec
 from support.paths import ROOT
@@ -138,8 +138,11 @@ def test_a_sample_run_writes_every_cheaper_variant_with_its_costs(tmp_path):
         assert row["rescore_bytes_per_vector"] == (4 * dim if row["index_params"] == '{"rescore":20}' else 0)
         assert row["texts_per_second"] > 0 and row["texts_per_second_vs_full"] is None  # truncation: same encoder
         assert row["ndcg@10"] is not None and row["recall@10"] is not None
-    # the truncated model's exact search against the full one's, as the score stage pairs them
+    # the truncated model's exact search against the full one's, as the score stage pairs them, on the
+    # held-out test queries only (the sample has dev and test)
     per_query = pl.read_parquet(tmp_path / "out" / "per_query.parquet")
+    assert per_query["split"].unique().sort().to_list() == ["dev", "test"]
+    per_query = per_query.filter(pl.col("split") == "test")
     expected = paired_comparison(per_query.filter(pl.col("measure").is_in(["ndcg@10", "recall@10"])),
                                  ("hashing-64", "flat", None), ("hashing", "flat", None), 200, 200)
     flat64 = table.filter((pl.col("provider") == "hashing-64") & (pl.col("index") == "flat")).row(0, named=True)
@@ -147,6 +150,8 @@ def test_a_sample_run_writes_every_cheaper_variant_with_its_costs(tmp_path):
         want = expected.filter(pl.col("measure") == measure).row(0, named=True)
         assert flat64[f"delta_{measure}"] == pytest.approx(want["diff"]) and flat64[f"p_value_{measure}"] == want["p_value"]
     assert flat64["delta_ndcg@10"] != 0  # hashing's 64-dim prefix does lose quality on the sample
+    assert flat64["delta_basis"] == PAIRED + ON_TEST and flat64["delta_queries"] == per_query["query_id"].n_unique()
+    assert set(table.filter(pl.col("index") != "flat")["delta_basis"]) == {SWEEP + ON_TEST, SUM + ON_TEST}
     # ... and the report shows the table, a row per setting, with the delta the table holds
     report = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     section = report[report.index('<h2 id="cheaper">'):]

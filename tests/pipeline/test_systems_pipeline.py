@@ -102,6 +102,9 @@ def test_systems_table_gives_added_latency_and_the_rerank_cost_ledger(runs):
     assert reranked["added_p95_ms"] >= reranked["added_p50_ms"] > 0
     tuned = systems.filter(pl.col("system") == "tuned").row(0, named=True)
     assert tuned["alpha"] in (0.0, 0.5, 1.0) and tuned["second"] == "hashing/flat"
+    facts = next(s for s in first.manifest["systems"] if s["system"] == "tuned")["facts"]
+    assert (tuned["alpha_chosen_on"], tuned["alpha_dev_queries"], tuned["alpha_test_queries"]) == ("dev", 55, 55)
+    assert tuned["alpha_test_score"] == facts["test_score"] and tuned["alpha_dev_score"] == max(facts["dev_scores"].values())
     ledger = pl.read_parquet(base / "out" / "rerank_cost.parquet")
     pairs = [s for s in first.manifest["systems"] if s["kind"] == "rerank"][0]["facts"]["pairs"]
     # At most the top 20 of each of 110 queries (filtered queries may have fewer documents).

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -9,6 +10,7 @@ import pytest
 
 from tasks.analysis.fusion import choose_alpha, normalized_scores, reciprocal_rank_fusion, score_fusion
 from tasks.analysis.runs import RUN_SCHEMA
+from tasks.analysis.system_ledger import systems_tables
 
 
 def run(name: str, rows: list[tuple[str, str, float]]) -> pl.DataFrame:
@@ -104,6 +106,15 @@ def test_alpha_is_chosen_on_dev_only_and_reported_on_test():
     assert choice.test_score == 0.0  # x first on q2 at alpha 1
     assert choice.manifest()["dev_scores"] == {"0": 0.0, "0.5": 0.0, "1": 1.0}
     assert choice.run["query_id"].unique().sort().to_list() == ["q1", "q2"]
+    # The systems table states where alpha was chosen and what it scored on dev and on test.
+    hybrid = SimpleNamespace(system="tuned", kind="hybrid", index="fusion-minmax", setting=None, facts=choice.manifest(),
+                             first=("a", "flat", None), second=("b", "flat", None))
+    rrf = SimpleNamespace(**{**vars(hybrid), "system": "rrf", "facts": {"method": "rrf", "k": 60}})
+    rows = systems_tables([hybrid, rrf], {}, None, None)["systems"].rows_by_key("system", named=True, unique=True)
+    assert {k: v for k, v in rows["tuned"].items() if k.startswith("alpha")} == {
+        "alpha": 1.0, "alpha_chosen_on": "dev", "alpha_measure": "ndcg@1", "alpha_dev_queries": 1,
+        "alpha_dev_score": 1.0, "alpha_test_queries": 1, "alpha_test_score": 0.0}
+    assert rows["rrf"]["alpha"] is None and rows["rrf"]["alpha_chosen_on"] is None
 
 
 def test_ties_on_dev_pick_the_smaller_alpha_and_no_dev_query_is_an_error():

@@ -41,7 +41,8 @@ def sweep(tmp_path_factory):
     finally:
         faiss.omp_set_num_threads(threads)
     return {"first": first, "second": second, "mtimes": (mtimes, after), "root": root,
-            "table": pl.read_parquet(first.path), "lost": pl.read_parquet(first.lost_path)}
+            "table": pl.read_parquet(first.path), "lost": pl.read_parquet(first.lost_path),
+            "inputs": (doc_set, query_set, chunks_path, qrels)}
 
 
 def _rows(table, kind, **query):
@@ -164,6 +165,90 @@ def test_recommendation_on_ci_low_is_stricter():
     ])
     assert recommend(table, "ndcg@10", 0.01)["p"].index_kind == "ivf"
     assert recommend(table, "ndcg@10", 0.01, budget_on="ci_low")["p"].index_kind == "flat"
+
+
+def _held_out_table():
+    """flat 0.5 on all, 0.5 on 40 dev queries, 0.4 on 55 test queries; budget 1%."""
+    split = {"flat_ndcg@10_dev": 0.5, "flat_ndcg@10_test": 0.4, "queries": 95, "queries_dev": 40, "queries_test": 55}
+    zero = {"delta_ndcg@10_dev": 0.0, "delta_ndcg@10_test": 0.0, "delta_ndcg@10_dev_ci_low": 0.0,
+            "delta_ndcg@10_test_ci_low": 0.0, "delta_ndcg@10_test_ci_high": 0.0}
+    return _table([
+        {"index_kind": "flat", "qps_batch": 100.0, "delta_ndcg@10": 0.0, "index_bytes": 1000, **split, **zero},
+        # all queries: 0.8% loss, within budget; dev: 2%, over it. The all-query rule would pick it.
+        {"index_kind": "ivf", "query_params": '{"nprobe":1}', "qps_batch": 5000.0, "delta_ndcg@10": -0.004,
+         "index_bytes": 900, **split, **zero, "delta_ndcg@10_dev": -0.01, "delta_ndcg@10_dev_ci_low": -0.02},
+        # dev: 0.5% loss, within budget; test: 3% (interval of the delta [-0.02, -0.004] -> loss [1%, 5%]).
+        {"index_kind": "ivf", "query_params": '{"nprobe":4}', "qps_batch": 2000.0, "delta_ndcg@10": -0.007,
+         "index_bytes": 900, **split, **zero, "delta_ndcg@10_dev": -0.0025, "delta_ndcg@10_dev_ci_low": -0.004,
+         "delta_ndcg@10_test": -0.012, "delta_ndcg@10_test_ci_low": -0.02, "delta_ndcg@10_test_ci_high": -0.004},
+    ])
+
+
+def test_recommendation_is_chosen_on_dev_and_checked_on_test():
+    pick = recommend(_held_out_table(), "ndcg@10", 0.01)["p"]
+    # nprobe=1 is faster and within budget on all queries, but loses 2% on dev: not a candidate.
+    assert (pick.index_kind, pick.query_params, pick.candidates) == ("ivf", {"nprobe": 4}, 2)
+    assert (pick.chosen_on, pick.chosen_queries, pick.test_queries) == ("dev", 40, 55)
+    assert pick.relative_loss == pytest.approx(0.005)  # the dev loss it was chosen on
+    assert pick.test_relative_loss == pytest.approx(0.03)  # 0.012 / 0.4
+    assert (pick.test_loss_low, pick.test_loss_high) == (pytest.approx(0.01), pytest.approx(0.05))
+    assert pick.test_within_budget is False
+    line = pick.line()
+    assert "loss 0.50% (budget 1%)" in line and "chosen on 40 dev queries" in line
+    assert line.endswith("held-out check: loss on 55 test queries 3.00% [1.00%, 5.00%]; within budget: NO")
+    saved = json.loads(json.dumps(pick.to_dict()))
+    assert saved["test_within_budget"] is False and saved["chosen_on"] == "dev"
+    # On ci_low the dev interval of nprobe=4 (-0.004 / 0.5 = 0.8%) still fits; its test check is at ci_low too.
+    strict = recommend(_held_out_table(), "ndcg@10", 0.01, budget_on="ci_low")["p"]
+    assert strict.query_params == {"nprobe": 4} and strict.test_within_budget is False
+    # A looser budget: nprobe=1 qualifies on dev too, and passes on test (no loss there).
+    loose = recommend(_held_out_table(), "ndcg@10", 0.05)["p"]
+    assert loose.query_params == {"nprobe": 1} and loose.test_within_budget is True
+    assert loose.line().endswith("loss on 55 test queries 0.00% [0.00%, 0.00%]; within budget: yes")
+
+
+def test_recommendation_without_a_held_out_split_is_as_before():
+    one_split = _held_out_table().select(pl.exclude("^.*_(dev|test)(_ci_low|_ci_high)?$"))
+    pick = recommend(one_split, "ndcg@10", 0.01)["p"]
+    assert pick.query_params == {"nprobe": 1} and pick.relative_loss == pytest.approx(0.008)
+    assert (pick.chosen_on, pick.chosen_queries, pick.test_queries, pick.test_within_budget) == ("all", 95, None, None)
+    assert pick.line().endswith("; 2 settings within budget; chosen and judged on the same queries (no held-out split)")
+
+
+def test_sweep_gives_dev_and_test_columns_when_the_queries_have_both(sweep, tmp_path):
+    doc_set, query_set, chunks_path, qrels = sweep["inputs"]
+    splits = pl.DataFrame({"query_id": [f"q{i}" for i in range(40)], "split": ["dev"] * 15 + ["test"] * 25})
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        result = run_sweep(doc_set, query_set, chunks_path, qrels, SPEC, sweep["root"] / "store", tmp_path, splits=splits)
+        only_test = run_sweep(doc_set, query_set, chunks_path, qrels, SPEC, sweep["root"] / "store", tmp_path / "one",
+                              splits=splits.with_columns(split=pl.lit("test")))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    table, plain = pl.read_parquet(result.path), sweep["table"]
+    assert result.built == 0 and (table["queries_dev"] + table["queries_test"] == table["queries"]).all()
+    assert table["queries_dev"].unique().to_list() == [15]
+    # The all-query columns are unchanged, and each is the query-weighted mean of its two splits.
+    for column in ("flat_ndcg@10", "delta_ndcg@10", "delta_mrr", "delta_ndcg@10_ci_low", "relative_loss"):
+        assert table[column].to_list() == plain[column].to_list(), column
+    for measure in ("ndcg@10", "mrr", "recall@10"):
+        for kind in ("flat", "delta"):
+            mixed = (table[f"{kind}_{measure}_dev"] * 15 + table[f"{kind}_{measure}_test"] * 25) / 40
+            np.testing.assert_allclose(mixed.to_numpy(), table[f"{kind}_{measure}"].to_numpy(), atol=1e-12)
+    exact = _rows(table, "ivf", nprobe=16).row(0, named=True)
+    assert (exact["delta_ndcg@10_test"], exact["delta_ndcg@10_test_ci_low"], exact["relative_loss_dev"]) == (0.0, 0.0, 0.0)
+    pick = result.recommendation
+    assert pick.chosen_on == "dev" and (pick.chosen_queries, pick.test_queries) == (15, 25)
+    chosen = table.filter((pl.col("index_kind") == pick.index_kind)
+                          & (pl.col("build_params") == json.dumps(pick.build_params, separators=(",", ":")))
+                          & (pl.col("query_params") == json.dumps(pick.query_params, separators=(",", ":")))).row(0, named=True)
+    assert pick.relative_loss == chosen["relative_loss_dev"] <= SPEC.loss_budget
+    assert pick.test_relative_loss == chosen["relative_loss_test"]
+    assert pick.test_within_budget == (chosen["relative_loss_test"] <= SPEC.loss_budget)
+    # Every query in one split: no split columns, the recommendation as before.
+    one = pl.read_parquet(only_test.path)
+    assert one.columns == plain.columns and only_test.recommendation.chosen_on == "all"
 
 
 def test_bootstrap_interval_is_paired_and_seeded():

@@ -186,21 +186,33 @@ class Verdict:
 
 
 def tuned_on_dev(output_dir: Path) -> list[str]:
-    """What this run chose on non-test queries, in words: fusion weights, fine-tuned weights, the
-    ANN recommendation."""
+    """What this run chose on non-test queries, in words, each with how it held on test: fusion
+    weights, fine-tuned weights, the ANN recommendation."""
     out = []
     systems = read_table(output_dir, "systems")
     if systems is not None and "alpha" in systems.columns:
-        for system, alpha in systems.filter(pl.col("alpha").is_not_null()).select("system", "alpha").rows():
-            out.append(f"the fusion weight of {system} (alpha {alpha:g})")
+        for row in systems.filter(pl.col("alpha").is_not_null()).iter_rows(named=True):
+            held = ""
+            if row.get("alpha_test_score") is not None:
+                held = (f": {row['alpha_measure']} {row['alpha_dev_score']:.3f} on {row['alpha_dev_queries']} dev queries, "
+                        f"{row['alpha_test_score']:.3f} on {row['alpha_test_queries']} test queries")
+            out.append(f"the fusion weight of {row['system']} (alpha {row['alpha']:g}{held})")
     finetuned = read_table(output_dir, "finetune_verdict")
     if finetuned is not None and finetuned.height and "provider" in finetuned.columns:
-        out += [f"the weights of {p} (fine-tuned)" for p in finetuned["provider"].unique(maintain_order=True).to_list()]
+        out += [f"the weights of {p} (fine-tuned; see Fine-tuning for its test gain)"
+                for p in finetuned["provider"].unique(maintain_order=True).to_list()]
     recommendation = Path(output_dir) / "ann_recommendation.json"
     if recommendation.exists():
         chosen = json.loads(recommendation.read_text(encoding="utf-8")).get("recommendations") or {}
-        if any(chosen.values()):
-            out.append("the ANN recommendation (see Approximate search)")
+        for provider, pick in chosen.items():
+            if not pick or pick.get("chosen_on") != "dev":
+                continue
+            budget = f"{100 * pick['loss_budget']:g}%"
+            held = {True: f"within the {budget} budget on test too", False: f"outside the {budget} budget on test",
+                    None: "not checked on test"}[pick.get("test_within_budget")]
+            loss = pick.get("test_relative_loss")
+            out.append(f"the ANN recommendation for {provider} ({pick['index_kind']}; "
+                       + ("" if loss is None else f"{round(100 * loss, 2) + 0.0:.2f}% {pick['measure']} loss on test, ") + held + ")")
     return out
 
 

@@ -6,7 +6,10 @@ columns of a real run: tests/pipeline/test_docs.py.)"""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -159,3 +162,37 @@ def test_the_tables_page_parser_reads_placeholders():
     assert undocumented("ann_sweep", ["delta_ndcg@10_ci_low", "neighbour_recall@10", "flat_mrr"]) == []
     assert undocumented("summary", ["setting", "valeu"]) == ["valeu"]
     assert undocumented("no_such_table", ["a"]) == ["a"]
+
+
+_CHECK_EXTENSIONS = """
+import numpy as np
+from tasks.config.spec import BenchmarkSpec
+from tasks.indexes import index_kind
+from tasks.providers import create_provider
+from tasks.rerankers import create_reranker
+
+vectors = create_provider("letter-counts", {"alphabet": "ab"}).encode(["a bab", "xyz"], "document")
+assert vectors.tolist() == [[2.0, 2.0], [0.0, 0.0]], vectors
+assert create_reranker("word-overlap").score("Reset my PIN", ["pin reset steps", "card limits"]).tolist() == [2.0, 0.0]
+kind = index_kind("sq4")
+assert kind.file_name(kind.complete({})) == "sq4_train-1000_seed-0.faiss", kind.file_name(kind.complete({}))
+spec = BenchmarkSpec.model_validate({
+    "name": "x", "dataset": {"path": "."}, "providers": [{"name": "letters", "kind": "letter-counts", "options": {"alphabet": "aeiou"}}],
+    "rerankers": [{"name": "overlap", "kind": "word-overlap"}], "indexes": {"sq4": {"train_size": 500}},
+    "systems": [{"name": "letters+overlap", "first": "letters/flat", "rerank": "overlap"}]})
+index = kind.factory(8, kind.complete({"train_size": 500}))
+index.train(np.random.default_rng(0).standard_normal((600, 8)).astype("float32"))
+print("ok")
+"""
+
+
+def test_the_extending_examples_run(tmp_path):
+    """docs/extending.md's provider, reranker and index kind, registered in a fresh interpreter
+    (the registries are process-wide) and used as the page says the spec then uses them."""
+    blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / "extending.md").read_text(encoding="utf-8"), re.S | re.M)
+    assert len(blocks) == 3
+    script = tmp_path / "extensions.py"
+    script.write_text("\n\n".join(blocks) + _CHECK_EXTENSIONS, encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

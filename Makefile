@@ -18,7 +18,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-# The documentation site into site/ (the test suite builds it too: tests/pipeline/test_docs.py).
+# The documentation site into site/ (the test suite builds it too: tests/pipeline/test_docs_site.py).
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 

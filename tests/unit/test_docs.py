@@ -2,7 +2,7 @@
 commands, it stays short, its links resolve), every spec example in the README and docs/ loads,
 the generated spec reference renders types and defaults as a reader needs them, and every table
 the stages declare has a section in the tables reference. (`mkdocs build --strict` and the
-columns of a real run: tests/pipeline/test_docs.py.)"""
+columns of a real run: tests/pipeline/test_docs_site.py.)"""
 from __future__ import annotations
 
 import importlib.util

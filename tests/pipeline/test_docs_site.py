@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.docs_tables import undocumented
+from support.docs_tables import mistyped, undocumented
 from support.paths import ROOT
 
 SPEC = """
@@ -67,15 +67,18 @@ def two_runs(tmp_path_factory):
     return base / "out", base / "out2"
 
 
-def test_every_column_a_run_writes_is_documented(two_runs):
-    found = {}
+def test_every_column_a_run_writes_is_documented_with_its_type(two_runs):
+    missing, wrong = {}, {}
     for out in two_runs:
         for path in sorted(out.rglob("*.parquet")):
             table = _table_of(path, out)
-            missing = undocumented(table, pl.read_parquet_schema(path).names())
-            if missing:
-                found[str(path.relative_to(out))] = missing
-    assert not found, f"columns missing from docs/reference/tables.md: {found}"
+            schema = {name: str(dtype) for name, dtype in pl.read_parquet_schema(path).items()}
+            if undocumented(table, list(schema)):
+                missing[str(path.relative_to(out))] = undocumented(table, list(schema))
+            if mistyped(table, schema):
+                wrong[str(path.relative_to(out))] = mistyped(table, schema)
+    assert not missing, f"columns missing from docs/reference/tables.md: {missing}"
+    assert not wrong, f"columns whose type docs/reference/tables.md gets wrong: {wrong}"
 
 
 def test_the_run_wrote_the_tables_the_page_documents_beside_the_core_ones(two_runs):

@@ -156,12 +156,17 @@ def test_every_table_the_stages_declare_has_a_section():
     assert all(columns for columns in documented.values())
 
 
-def test_the_tables_page_parser_reads_placeholders():
-    from support.docs_tables import undocumented
+def test_the_tables_page_parser_reads_placeholders_and_types():
+    from support.docs_tables import mistyped, undocumented
 
     assert undocumented("ann_sweep", ["delta_ndcg@10_ci_low", "neighbour_recall@10", "flat_mrr"]) == []
     assert undocumented("summary", ["setting", "valeu"]) == ["valeu"]
     assert undocumented("no_such_table", ["a"]) == ["a"]
+    assert mistyped("summary", {"value": "Float64", "queries": "UInt32", "setting": "String"}) == []
+    assert mistyped("summary", {"value": "String"}) == ["value: written String, documented float"]
+    # A name written out wins over a placeholder that matches it too.
+    assert mistyped("cheaper_variants", {"delta_basis": "String", "delta_ndcg@10": "Float64"}) == []
+    assert mistyped("failures", {"top_k": "List(Struct({'rank': Int64}))"}) == []
 
 
 _CHECK_EXTENSIONS = """

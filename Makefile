@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,5 +18,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest -q
 
+# The documentation site into site/ (the test suite builds it too: tests/pipeline/test_docs_site.py).
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .store out .prefect
+	rm -rf $(VENV) .store out .prefect site

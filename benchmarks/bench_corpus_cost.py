@@ -1,4 +1,4 @@
-"""The per-text figures behind the README's 10M-document costing, measured on a real collection.
+"""The per-text figures behind the 10M-document costing (docs/results.md), measured on a real collection.
 
     python benchmarks/bench_corpus_cost.py [--dataset DIR] [--texts 1000] [--index-vectors 20000]
 

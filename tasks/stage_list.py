@@ -1,6 +1,6 @@
 """Every stage, declared top-down: the main chain, then the side stages in the order they are
 submitted and their tables written. Adding a side stage: its module, its spec section
-(tasks/config/sections/), and one entry in SIDE_STAGES (README, "Development")."""
+(tasks/config/sections/), and one entry in SIDE_STAGES (docs/extending.md, "A side stage")."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,6 @@
 """Index kinds, one small file each (flat, ivf, hnsw, ivfpq, sq, binary), found by name in a
 registry; the index stage, retrieval, the sweep, filtered search and the cheaper-variants table
-ask a kind what it needs instead of naming kinds. How to add one: README, "How to add an index kind".
+ask a kind what it needs instead of naming kinds. How to add one: docs/extending.md, "An index kind".
 
 Importing this package imports no FAISS: the kind modules load it inside their methods.
 """

@@ -1,7 +1,7 @@
 """A store on an object store (s3://, gs://, ...) read and written object by object through pyarrow.fs.
 
 Stages see a local scratch folder, but nothing is mirrored whole: an object is fetched when a
-stage asks for it and uploaded the moment it is written (README: "A store on an object store").
+stage asks for it and uploaded the moment it is written (docs/guide/scale.md: "A store on an object store").
 """
 from __future__ import annotations
 

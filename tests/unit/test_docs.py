@@ -119,7 +119,7 @@ def test_spec_reference_renders_types_defaults_and_bounds():
 
     rows = {row[0]: row[1:] for row in _hook().key_rows(BenchmarkSpec)}
     assert rows["indexes.ivf.nprobe"][:2] == ("list[int]", "`[1, 4, 16]`")
-    assert rows["dataset.split"][:2] == ('"dev" \\| "test" \\| "all"', '`"dev"`')
+    assert rows["dataset.split"][:2] == ('"train" \\| "dev" \\| "test" \\| "all"', '`"all"`')
     assert rows["providers"][1] == "**required**"
     assert rows["indexes.ivf"][:2] == ("mapping \\| null", "on (its defaults)")
     assert rows["latency"][:2] == ("mapping \\| null", "null")  # a side stage: off unless set

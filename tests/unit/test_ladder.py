@@ -132,3 +132,16 @@ def test_next_steps_say_what_was_tried_already():
     sentences = next_steps([lexical_hint(per_query, "base/flat", ["bm25"]), None], ladder)
     assert len(sentences) == 1
     assert sentences[0].startswith("Try hybrid (tried here: bm25+e5 (a significant test gain)): bm25 finds more")
+
+
+def test_the_shipped_sample_spec_lists_its_interventions_in_the_seed_order():
+    from support.paths import ROOT
+    from tasks.config.spec import load_spec
+    from tasks.reporting.ladder_section import interventions
+
+    baseline, steps = interventions(load_spec(ROOT / "specs" / "sample.yaml"), filtered=True)
+    assert baseline == "hashing/flat"
+    assert [(s.kind, s.setting) for s in steps] == [
+        ("filters", "hashing/flat"), ("model", "minilm/flat"), ("model", "e5-small/flat"), ("model", "bm25:bm25"),
+        ("hybrid", "bm25+e5"), ("reranker", "minilm+rerank")]
+    assert steps[0].against == "hashing/flat without filters"

@@ -13,7 +13,7 @@ from tasks.analysis.breakdown import paired_comparison
 # The seed's order: the cheapest interventions first, each later one costs more to try.
 KINDS = ("chunking", "filters", "query", "model", "hybrid", "reranker", "finetuned", "cheaper")
 KIND_NAMES = {"chunking": "chunking variant", "filters": "metadata filters", "query": "query preprocessing",
-              "model": "another first stage", "hybrid": "hybrid", "reranker": "reranker",
+              "model": "another model", "hybrid": "hybrid", "reranker": "reranker",
               "finetuned": "fine-tuned model", "cheaper": "cheaper variant"}
 NO_PARAMS = "{}"
 
@@ -253,7 +253,7 @@ def next_steps(hints: list[Hint | None], ladder: pl.DataFrame) -> list[str]:
     out = []
     for hint in (h for h in hints if h is not None):
         tried = ladder.filter(pl.col("kind") == hint.try_next).select("setting", "test_significant").rows() if ladder.height else []
-        kind = KIND_NAMES[hint.try_next] if hint.try_next != "model" else "another model"
+        kind = KIND_NAMES[hint.try_next]
         outcomes = ", ".join(f"{name} ({'a significant test gain' if helped else 'no significant test gain'})"
                              for name, helped in tried)
         out.append(f"Try {kind}" + (f" (tried here: {outcomes})" if tried else "") + f": {hint.evidence}.")

@@ -49,7 +49,7 @@ def interventions(spec, filtered: bool) -> tuple[str, list[Step]]:
             variant = cheaper[provider.name]
             steps.append(Step("cheaper", label, f"{provider.name}: {variant.full} with {variant.change}"))
         else:
-            steps.append(Step("model", label, f"embedding model {provider.name} ({provider.kind})"))
+            steps.append(Step("model", label, f"{provider.name} ({provider.kind})"))
     steps += [Step("model", Setting(FirstStage.bm25(lexical.name)).label, f"BM25 {lexical.name}") for lexical in spec.lexical]
     for system in spec.systems:
         kind = "reranker" if system.rerank else "hybrid"
@@ -190,7 +190,7 @@ def _gain(row: dict) -> str:
 
 def _adds(row: dict) -> str:
     usd, ms, size = row["added_usd_per_1k_queries"], row["added_query_p50_ms"], row["added_index_bytes"]
-    parts = ["$ not measured" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
+    parts = ["dollars not priced" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
              "latency not measured" if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
              "size not measured" if size is None else f"{'+' if size >= 0 else '-'}{fmt_bytes(abs(size))} of index"]
     return ", ".join(parts)
@@ -204,8 +204,9 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
         return ["The spec tries no intervention beyond its baseline, so there is no ladder to climb.", *hints]
     first = ladder.row(0, named=True)
     baseline = next((r["baseline"] for r in ladder.iter_rows(named=True) if r["kind"] != "filters"), first["baseline"])
-    out = [f"Interventions ladder: {ladder.height} step(s), each against the baseline {baseline} (filters: against the "
-           f"baseline without them), paired over the held-out test queries on {first['measure']}."]
+    filters = " (metadata filters: against the baseline searched without them)" if "filters" in set(ladder["kind"]) else ""
+    out = [f"Interventions ladder: {ladder.height} step(s), each against the baseline {baseline}{filters}, paired over "
+           f"the held-out test queries on {first['measure']}."]
     untested = ladder.filter(pl.col("test_n") == 0)
     pick = cheapest_helpful(ladder)
     if pick is not None:
@@ -226,6 +227,12 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
         out.append("Dev gains that did not hold on test: " + ", ".join(
             f"{r['setting']} (dev {r['dev_gain']:+.3f}, test {r['test_gain']:+.3f})" for r in lost.iter_rows(named=True)) + ".")
     return out
+
+
+def ladder_paragraph(output_dir: Path) -> list[str]:
+    """ladder_sentences from the tables in `output_dir`; empty when the run wrote no ladder."""
+    ladder = read_table(output_dir, "ladder")
+    return [] if ladder is None else ladder_sentences(ladder, read_table(output_dir, "ladder_next"))
 
 
 # --- the report section ---------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def _gain(row: dict) -> str:
 
 def _adds(row: dict) -> str:
     usd, ms, size = row["added_usd_per_1k_queries"], row["added_query_p50_ms"], row["added_index_bytes"]
-    parts = ["dollars not priced" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
+    parts = ["no price in the spec" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
              "latency not measured" if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
              "size not measured" if size is None else f"{'+' if size >= 0 else '-'}{fmt_bytes(abs(size))} of index"]
     return ", ".join(parts)
@@ -261,6 +261,14 @@ def ladder_plot(ladder: pl.DataFrame) -> str | None:
     return figures._png(figure)
 
 
+def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
+    """The ladder as the report shows it: sizes in words, no column that is empty in every row."""
+    size = pl.col("added_index_bytes").map_elements(lambda v: ("-" if v < 0 else "+") + fmt_bytes(abs(v)),
+                                                     return_dtype=pl.String).alias("added_index")
+    frame = ladder.select([size if c == "added_index_bytes" else pl.col(c) for c in SHOWN if c in ladder.columns])
+    return frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
+
+
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
     """None unless this run wrote ladder.parquet. `section_type`, `paragraph`, `table`, `figure`:
     the report's Section class and its block helpers (tasks/reporting/html.py)."""
@@ -279,8 +287,9 @@ def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
                        "evidence, dev_gain_held_on_test says whether a significant dev gain was significant on test too. "
                        "added_*: the step's cost minus the baseline's (USD per 1,000 queries, p50 query latency, index "
                        "bytes); recommended: the significant test gain that adds the fewest dollars, then ms, then bytes.")
-    table(section, ladder.select([c for c in SHOWN if c in ladder.columns]))
-    unplotted = ladder.filter(pl.col("added_query_p50_ms").is_null())["setting"].to_list()
+    table(section, _shown(ladder))
+    unplotted = [f"{r['step']}. {r['setting']} ({r['intervention']})"
+                 for r in ladder.filter(pl.col("added_query_p50_ms").is_null()).iter_rows(named=True)]
     caption = ("Test gain over the baseline (95% paired interval) against the p50 latency each step adds. Green: the "
                "recommended step; blue: other significant test gains; grey: no significant gain. A whisker crossing the "
                "zero line is a gain the test queries cannot tell from none.")

@@ -2,11 +2,12 @@
 its plot, and the sentences the verdict's second paragraph is made of (tasks/analysis/ladder.py)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.ladder import (KIND_NAMES, NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
+from tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
                                    ladder_table, lexical_hint, next_steps, window_hint)
 from tasks.config.cheaper import cheaper_variants
 from tasks.config.setting import FirstStage, Setting
@@ -109,15 +110,8 @@ def _scaled(value, scale: float, integer: bool = False):
     return int(round(value * scale)) if integer else value * scale
 
 
-def _variants(spec, output_dir: Path) -> dict[str, tuple[str, str, float]]:
+def _variants(spec, chunk_counts: dict[str, int]) -> dict[str, tuple[str, str, float | None]]:
     """Variant label at exact search -> (its provider's baseline label, kind, chunk-count ratio)."""
-    import json
-
-    manifest = Path(output_dir) / "manifest.json"
-    counts = {}
-    if manifest.exists():
-        chunking = (json.loads(manifest.read_text(encoding="utf-8")).get("variants") or {}).get("chunking") or {}
-        counts = {name: entry.get("chunks") for name, entry in chunking.items()}
     planned = plan_settings(spec)
     first_chunking = spec.chunking_variants[0].name
     out = {}
@@ -125,16 +119,17 @@ def _variants(spec, output_dir: Path) -> dict[str, tuple[str, str, float]]:
         if s.kind == "baseline":
             continue
         base = next(b for b in planned if b.provider == s.provider and b.kind == "baseline").setting("flat", None).label
-        mine, theirs = counts.get(s.chunking), counts.get(first_chunking)
-        ratio = mine / theirs if mine and theirs else None
-        out[s.setting("flat", None).label] = (base, s.kind, ratio)
+        mine, theirs = chunk_counts.get(s.chunking), chunk_counts.get(first_chunking)
+        out[s.setting("flat", None).label] = (base, s.kind, mine / theirs if mine and theirs else None)
     return out
 
 
-def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None = None) -> dict[str, str]:
+def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None = None,
+                 chunk_counts: dict[str, int] | None = None) -> dict[str, str]:
     """ladder.parquet (+ csv) and ladder_next.parquet from this run's tables; `unfiltered`: the
     baseline's per-query rows searched without its queries' filters (setting `<baseline> without
-    filters`), written as ladder_unfiltered.parquet so the filters step can be paired again."""
+    filters`), written as ladder_unfiltered.parquet so the filters step can be paired again;
+    `chunk_counts`: chunks per chunking config (a chunking variant's cost scales with them)."""
     from tasks.reporting.tables import write_tables
     from tasks.store.files import write_text
 
@@ -143,12 +138,14 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     per_query = pl.read_parquet(tables["per_query"])
     baseline, steps = interventions(spec, unfiltered is not None and unfiltered.height > 0)
     present = set(per_query["setting"])
+    if baseline not in present:  # a partial run (--provider) without the first provider: no baseline to climb from
+        return {}
     if unfiltered is not None and unfiltered.height:
         present.add(baseline + UNFILTERED)
     kept = [s for s in steps if s.setting in present and (s.against is None or s.against in present)]
     columns = ["setting", "params", "query_id", "measure", "value", "split"]
     scored = per_query.select(columns)
-    costs = ladder_costs(output_dir, measure, per_query, _variants(spec, output_dir))
+    costs = ladder_costs(output_dir, measure, per_query, _variants(spec, chunk_counts or {}))
     if unfiltered is not None and unfiltered.height:
         scored = pl.concat([scored, unfiltered.select(columns)])
         base_cost = costs.filter((pl.col("setting") == baseline) & (pl.col("params") == NO_PARAMS))
@@ -270,8 +267,11 @@ def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
 
 
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
-    """None unless this run wrote ladder.parquet. `section_type`, `paragraph`, `table`, `figure`:
+    """None unless this run wrote ladder.parquet (manifest.json lists it). `section_type`, `paragraph`, `table`, `figure`:
     the report's Section class and its block helpers (tasks/reporting/html.py)."""
+    manifest = Path(output_dir) / "manifest.json"
+    if manifest.exists() and "ladder" not in (json.loads(manifest.read_text(encoding="utf-8")).get("tables") or {}):
+        return None  # a ladder.parquet left by an earlier run is not this run's
     ladder = read_table(output_dir, "ladder")
     if ladder is None:
         return None

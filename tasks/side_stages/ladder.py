@@ -33,7 +33,8 @@ def write(run) -> dict[str, str]:
     if "per_query" not in run.tables:
         return {}
     results = run.results_of("ladder")
-    return write_ladder(run.spec, run.tables, _scored(run, results[0]) if results else None)
+    return write_ladder(run.spec, run.tables, _scored(run, results[0]) if results else None,
+                        {name: ref.chunks for name, ref in run.chunk_refs.items()})
 
 
 def _scored(run, result) -> pl.DataFrame:

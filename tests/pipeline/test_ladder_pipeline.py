@@ -64,6 +64,10 @@ def test_every_intervention_of_the_spec_is_a_step_in_the_seed_order(ladder_run):
     assert (ladder["test_n"] > 0).all() and (ladder["dev_n"] > 0).all()
     assert ladder["recommended"].sum() <= 1
     assert (out / "ladder.csv").exists()
+    # A query variant costs what its baseline costs; a chunking variant's index grows with its chunks.
+    added = {r["kind"]: r for r in ladder.iter_rows(named=True)}
+    assert added["query"]["added_index_bytes"] == 0  # (latency: no profile or sweep in this spec, so null)
+    assert added["chunking"]["added_index_bytes"] > 0  # sentences of 60 words: more chunks than paragraphs of 120
 
 
 def test_the_filters_step_pairs_the_filtered_baseline_with_its_unfiltered_search(ladder_run):

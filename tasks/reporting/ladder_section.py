@@ -3,6 +3,7 @@ its plot, and the sentences the verdict's second paragraph is made of (tasks/ana
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -143,6 +144,10 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     if unfiltered is not None and unfiltered.height:
         present.add(baseline + UNFILTERED)
     kept = [s for s in steps if s.setting in present and (s.against is None or s.against in present)]
+    # A system reranking an IVF stage carries its input's query parameters, not `{}`.
+    params = {name: set(group["params"]) for (name,), group in per_query.select("setting", "params").unique().group_by("setting")}
+    kept = [replace(s, params=next(iter(params[s.setting]))) if NO_PARAMS not in params.get(s.setting, {NO_PARAMS})
+            and len(params[s.setting]) == 1 else s for s in kept]
     columns = ["setting", "params", "query_id", "measure", "value", "split"]
     scored = per_query.select(columns)
     costs = ladder_costs(output_dir, measure, per_query, _variants(spec, chunk_counts or {}))

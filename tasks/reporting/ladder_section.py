@@ -192,7 +192,7 @@ def _gain(row: dict) -> str:
 
 def _adds(row: dict) -> str:
     usd, ms, size = row["added_usd_per_1k_queries"], row["added_query_p50_ms"], row["added_index_bytes"]
-    parts = ["no price in the spec" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
+    parts = ["no dollar figure (a setting without a price)" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
              "latency not measured" if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
              "size not measured" if size is None else f"{'+' if size >= 0 else '-'}{fmt_bytes(abs(size))} of index"]
     return ", ".join(parts)

@@ -16,6 +16,9 @@ KIND_NAMES = {"chunking": "chunking variant", "filters": "metadata filters", "qu
               "model": "another model", "hybrid": "hybrid", "reranker": "reranker",
               "finetuned": "fine-tuned model", "cheaper": "cheaper variant"}
 NO_PARAMS = "{}"
+TRY = {"chunking": "another chunking", "filters": "metadata filters", "query": "query preprocessing",
+       "model": "another model", "hybrid": "a hybrid", "reranker": "a reranker", "finetuned": "fine-tuning",
+       "cheaper": "a cheaper variant"}
 
 # Failure-log thresholds for the "try next" hints (share of the queries considered).
 LEXICAL_SHARE = 0.10  # BM25 finds more relevant documents than the baseline on at least this share
@@ -253,7 +256,7 @@ def next_steps(hints: list[Hint | None], ladder: pl.DataFrame) -> list[str]:
     out = []
     for hint in (h for h in hints if h is not None):
         tried = ladder.filter(pl.col("kind") == hint.try_next).select("setting", "test_significant").rows() if ladder.height else []
-        kind = KIND_NAMES[hint.try_next]
+        kind = TRY[hint.try_next]
         outcomes = ", ".join(f"{name} ({'a significant test gain' if helped else 'no significant test gain'})"
                              for name, helped in tried)
         out.append(f"Try {kind}" + (f" (tried here: {outcomes})" if tried else "") + f": {hint.evidence}.")

@@ -131,7 +131,7 @@ def test_next_steps_say_what_was_tried_already():
     per_query = pl.DataFrame(_rows("base/flat", base, "recall@10") + _rows("bm25", {q: 1.0 for q in TEST}, "recall@10"))
     sentences = next_steps([lexical_hint(per_query, "base/flat", ["bm25"]), None], ladder)
     assert len(sentences) == 1
-    assert sentences[0].startswith("Try hybrid (tried here: bm25+e5 (a significant test gain)): bm25 finds more")
+    assert sentences[0].startswith("Try a hybrid (tried here: bm25+e5 (a significant test gain)): bm25 finds more")
 
 
 def test_the_shipped_sample_spec_lists_its_interventions_in_the_seed_order():

@@ -11,6 +11,7 @@ from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage
                                embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
                                index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
                                report_stage, retrieve_stage, score_stage, sweep_stage)
+from tasks.side_stages import ladder
 from tasks.stage_units import MainStage, Produced, SideStage
 
 SCORE_TABLES = ("summary", "per_query", "breakdown", "comparisons", "failures", "ann_vs_exact", "ann_overlap_per_query",
@@ -135,4 +136,7 @@ SIDE_STAGES = [
               shown_in=("finetune",)),
     SideStage("cheaper-variants", "score", write=_cheaper_variants, tables=("cheaper_variants", "cheaper_variants_csv"),
               shown_in=("cheaper",)),
+    # Last: it reads every table written before it (systems, fine-tune, cheaper variants).
+    SideStage("ladder", "retrieve", ladder.call, ladder.write, runs_with="score",
+              tables=("ladder", "ladder_csv", "ladder_next", "ladder_unfiltered"), report=("verdict", ladder.section)),
 ]

@@ -91,11 +91,12 @@ def sample_out(tmp_path_factory, prefect_harness):
 def test_sample_report_reads_top_down_without_sideways_scroll(sample_out, browser, tmp_path):
     facts = read(browser, sample_out / "report.html", "sample-three-providers", tmp_path)
     assert facts["scrollWidth"] <= facts["viewport"] == VIEWPORT
-    assert facts["headings"] == ["Verdict", "Quality against cost, latency and size", "Tuning evidence (not held out)",
-                                 "Regressions", "Where it fails",
+    assert facts["headings"] == ["Verdict", "Interventions ladder", "Quality against cost, latency and size",
+                                 "Tuning evidence (not held out)", "Regressions", "Where it fails",
                                  "Languages and categories", "Approximate search", "Cheaper variants",
                                  "Cost, latency and storage", "Metadata filters"]  # compressed indexes, filtered queries
-    assert facts["figures"] == ["ndcg@10 per setting", "quality against cost, latency and index size",
+    assert facts["figures"] == ["ndcg@10 per setting", "test gain against added latency per intervention",
+                                "quality against cost, latency and index size",
                                 "language pair matrix", "categories", "recall against speed"]
     assert facts["broken"] == 0
     verdict = decide(sample_out, "ndcg@10")

@@ -1,0 +1,263 @@
+"""The interventions ladder: each intervention of a spec against one baseline on the held-out
+test queries (paired gain, interval, p), what it adds in dollars, milliseconds and bytes, whether
+a dev gain held on test, the cheapest step that helps, and what to try when none does."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from tasks.analysis.breakdown import paired_comparison
+
+# The seed's order: the cheapest interventions first, each later one costs more to try.
+KINDS = ("chunking", "filters", "query", "model", "hybrid", "reranker", "finetuned", "cheaper")
+KIND_NAMES = {"chunking": "chunking variant", "filters": "metadata filters", "query": "query preprocessing",
+              "model": "another model", "hybrid": "hybrid", "reranker": "reranker",
+              "finetuned": "fine-tuned model", "cheaper": "cheaper variant"}
+NO_PARAMS = "{}"
+TRY = {"chunking": "another chunking", "filters": "metadata filters", "query": "query preprocessing",
+       "model": "another model", "hybrid": "a hybrid", "reranker": "a reranker", "finetuned": "fine-tuning",
+       "cheaper": "a cheaper variant"}
+
+# Failure-log thresholds for the "try next" hints (share of the queries considered).
+LEXICAL_SHARE = 0.10  # BM25 finds more relevant documents than the baseline on at least this share
+BURIED_SHARE = 0.05  # buried answers among at least this share of the queries
+COLLAPSE_RATIO = 0.5  # a language pair at or below half the overall mean has collapsed
+MIN_PAIR_QUERIES = 3  # fewer queries than this say nothing about a language pair
+
+LADDER_SCHEMA = {
+    "step": pl.Int64, "kind": pl.String, "intervention": pl.String, "setting": pl.String, "params": pl.String,
+    "change": pl.String, "baseline": pl.String, "measure": pl.String,
+    "test_n": pl.Int64, "test_baseline": pl.Float64, "test_value": pl.Float64, "test_gain": pl.Float64,
+    "test_ci_low": pl.Float64, "test_ci_high": pl.Float64, "test_p_value": pl.Float64, "test_significant": pl.Boolean,
+    "dev_n": pl.Int64, "dev_gain": pl.Float64, "dev_ci_low": pl.Float64, "dev_ci_high": pl.Float64,
+    "dev_p_value": pl.Float64, "dev_significant": pl.Boolean, "dev_gain_held_on_test": pl.Boolean,
+    "added_usd_per_1k_queries": pl.Float64, "added_query_p50_ms": pl.Float64, "added_index_bytes": pl.Int64,
+    "gain_per_added_ms": pl.Float64, "gain_per_added_usd": pl.Float64, "recommended": pl.Boolean,
+}
+COST_COLUMNS = ("usd_per_1k_queries", "query_p50_ms", "index_bytes")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One intervention: its kind (one of KINDS), the `setting` (and `params`) its per-query rows
+    carry, and the change in words ("chunking sent60", "RRF of bm25 and e5-small/flat").
+    `against`: the setting it is paired with when not the ladder's baseline (metadata filters:
+    the baseline searched without its queries' filters)."""
+
+    kind: str
+    setting: str
+    change: str
+    params: str = NO_PARAMS
+    against: str | None = None
+    against_params: str = NO_PARAMS
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"intervention {self.setting!r}: unknown kind {self.kind!r} (expected one of {', '.join(KINDS)})")
+
+
+def seed_order(steps: list[Step]) -> list[Step]:
+    """The steps in the seed's order of kinds, the spec's order within a kind."""
+    return sorted(steps, key=lambda s: KINDS.index(s.kind))
+
+
+def _rows(per_query: pl.DataFrame, setting: str, params: str, measure: str, split: str) -> pl.DataFrame:
+    chosen = (pl.col("setting") == setting) & (pl.col("measure") == measure) & (pl.col("split") == split)
+    if "params" in per_query.columns:
+        chosen &= pl.col("params").fill_null(NO_PARAMS) == params
+    return per_query.filter(chosen)
+
+
+def _paired(per_query: pl.DataFrame, step: tuple[str, str], baseline: tuple[str, str], measure: str, split: str,
+            resamples: int, permutations: int, seed: int, level: float) -> dict | None:
+    """step - baseline on the split's queries both scored (paired bootstrap interval, sign-flip p);
+    None when the split has no such query."""
+    if step == baseline:
+        raise ValueError(f"intervention {step[0]!r} (params {step[1]}) is paired with itself")
+    a, b = _rows(per_query, *step, measure, split), _rows(per_query, *baseline, measure, split)
+    common = set(a["query_id"]) & set(b["query_id"])
+    if not common:
+        return None
+    # paired_comparison keys settings by (provider, index, nprobe): the label and params stand in.
+    frame = pl.concat([rows.filter(pl.col("query_id").is_in(list(common))).select(
+        provider=pl.lit(name), index=pl.lit(params), nprobe=pl.lit(None, pl.Int64), query_id="query_id",
+        measure="measure", value=pl.col("value").cast(pl.Float64)) for rows, (name, params) in ((a, step), (b, baseline))])
+    row = paired_comparison(frame, (step[0], step[1], None), (baseline[0], baseline[1], None), resamples=resamples,
+                            permutations=permutations, seed=seed, level=level).row(0, named=True)
+    return {"n": row["n"], "mean_a": row["mean_a"], "mean_b": row["mean_b"], "diff": row["diff"],
+            "ci_low": row["ci_low"], "ci_high": row["ci_high"], "p_value": row["p_value"]}
+
+
+def _significant_gain(result: dict | None, alpha: float) -> bool | None:
+    if result is None:
+        return None
+    return result["p_value"] < alpha and result["ci_low"] > 0
+
+
+def _added(costs: dict, step: tuple[str, str], baseline: tuple[str, str], column: str):
+    mine, base = costs.get(step, {}).get(column), costs.get(baseline, {}).get(column)
+    if mine is None or base is None or (isinstance(mine, float) and math.isnan(mine)) or (
+            isinstance(base, float) and math.isnan(base)):
+        return None
+    return mine - base
+
+
+def _per(gain: float | None, added) -> float | None:
+    """Gain per unit added; None when nothing is added (a free or saving step has no such ratio)."""
+    if gain is None or added is None or added <= 0:
+        return None
+    return gain / added
+
+
+def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step], baseline: str, measure: str,
+                 baseline_params: str = NO_PARAMS, resamples: int = 1000, permutations: int = 10000, seed: int = 0,
+                 level: float = 0.95) -> pl.DataFrame:
+    """One row per step in the seed's order: its test gain over `baseline` on `measure` (paired
+    over the test queries both scored), the same on dev as tuning evidence, what it adds per
+    query (USD per 1,000 queries, p50 query latency, index bytes) and the gain per added ms and
+    per added dollar; `recommended` marks the cheapest step with a significant test gain.
+
+    per_query: setting, [params,] query_id, measure, value, split. costs: setting, [params,]
+    usd_per_1k_queries, query_p50_ms, index_bytes (null: not measured). A step whose setting has
+    no per-query row is refused: the ladder must list every intervention it was given."""
+    missing = [c for c in ("setting", "query_id", "measure", "value", "split") if c not in per_query.columns]
+    if missing:
+        raise ValueError(f"per_query: missing columns {missing} (found {per_query.columns})")
+    alpha = 1 - level
+    base = (baseline, baseline_params)
+    if _rows(per_query, *base, measure, "test").is_empty() and _rows(per_query, *base, measure, "dev").is_empty():
+        raise ValueError(f"per_query has no {measure} rows for the baseline {baseline!r} (params {baseline_params})")
+    cost_rows = {}
+    for row in costs.iter_rows(named=True):
+        cost_rows[(row["setting"], row.get("params") or NO_PARAMS)] = row
+    out = []
+    for number, step in enumerate(seed_order(steps), start=1):
+        key = (step.setting, step.params)
+        reference = (step.against, step.against_params) if step.against else base
+        scored = per_query.filter((pl.col("setting") == step.setting) & (pl.col("measure") == measure))
+        if scored.is_empty():
+            raise ValueError(f"intervention {step.setting!r} ({KIND_NAMES[step.kind]}): per_query has no {measure} rows "
+                             f"(settings found: {sorted(set(per_query['setting']))})")
+        test = _paired(per_query, key, reference, measure, "test", resamples, permutations, seed, level)
+        dev = _paired(per_query, key, reference, measure, "dev", resamples, permutations, seed, level)
+        test_sig, dev_sig = _significant_gain(test, alpha), _significant_gain(dev, alpha)
+        usd = _added(cost_rows, key, reference, "usd_per_1k_queries")
+        ms = _added(cost_rows, key, reference, "query_p50_ms")
+        size = _added(cost_rows, key, reference, "index_bytes")
+        gain = test["diff"] if test else None
+        out.append({
+            "step": number, "kind": step.kind, "intervention": KIND_NAMES[step.kind], "setting": step.setting,
+            "params": step.params, "change": step.change, "baseline": reference[0], "measure": measure,
+            "test_n": test["n"] if test else 0, "test_baseline": test["mean_b"] if test else None,
+            "test_value": test["mean_a"] if test else None, "test_gain": gain,
+            "test_ci_low": test["ci_low"] if test else None, "test_ci_high": test["ci_high"] if test else None,
+            "test_p_value": test["p_value"] if test else None, "test_significant": test_sig,
+            "dev_n": dev["n"] if dev else 0, "dev_gain": dev["diff"] if dev else None,
+            "dev_ci_low": dev["ci_low"] if dev else None, "dev_ci_high": dev["ci_high"] if dev else None,
+            "dev_p_value": dev["p_value"] if dev else None, "dev_significant": dev_sig,
+            # Only a significant dev gain can hold or not; with no test queries it is untested (null).
+            "dev_gain_held_on_test": (bool(test_sig) if test is not None else None) if dev_sig else None,
+            "added_usd_per_1k_queries": usd, "added_query_p50_ms": ms,
+            "added_index_bytes": None if size is None else int(size),
+            "gain_per_added_ms": _per(gain, ms), "gain_per_added_usd": _per(gain, usd), "recommended": False,
+        })
+    table = pl.DataFrame(out, schema=LADDER_SCHEMA, orient="row")
+    pick = cheapest_helpful(table)
+    if pick is not None:
+        table = table.with_columns(recommended=pl.col("step") == pick["step"])
+    return table
+
+
+def cheapest_helpful(ladder: pl.DataFrame) -> dict | None:
+    """The step with a significant test gain that adds the fewest dollars, then milliseconds,
+    then bytes (an unmeasured cost counts as more than any measured one), then the larger gain."""
+    helpful = ladder.filter(pl.col("test_significant").fill_null(False))
+    if helpful.is_empty():
+        return None
+    order = []
+    for column in ("added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes"):
+        order += [pl.col(column).is_null(), pl.col(column)]
+    ranked = helpful.sort([*order, pl.col("test_gain"), pl.col("step")],
+                          descending=[False] * len(order) + [True, False], nulls_last=True)
+    return ranked.row(0, named=True)
+
+
+# ---------------------------------------------------------------- what to try next
+
+
+@dataclass(frozen=True)
+class Hint:
+    try_next: str  # the kind of intervention (one of KINDS)
+    evidence: str  # what in the failure log points there, in words
+
+
+def buried_hint(failures: pl.DataFrame | None, baseline: str, queries: int) -> Hint | None:
+    """Answers buried in long chunks (the failure log's `buried` flag for the baseline) -> chunking."""
+    if failures is None or "buried" not in failures.columns or not queries:
+        return None
+    buried = failures.filter((pl.col("setting") == baseline) & pl.col("buried").fill_null(False))["query_id"].n_unique()
+    if buried == 0 or buried / queries < BURIED_SHARE:
+        return None
+    return Hint("chunking", f"{buried} of {queries} queries have their answer buried in a long chunk (the document ranks "
+                            f"within 10 by its best passage but not by its chunk)")
+
+
+def lexical_hint(per_query: pl.DataFrame, baseline: str, lexical: list[str], measure: str = "recall@10") -> Hint | None:
+    """Relevant documents BM25 finds that dense search misses (a query where a BM25 setting's
+    recall beats the baseline's, on the same queries) -> a hybrid."""
+    best = None
+    base = per_query.filter((pl.col("setting") == baseline) & (pl.col("measure") == measure)).select("query_id", base="value")
+    for name in lexical:
+        mine = per_query.filter((pl.col("setting") == name) & (pl.col("measure") == measure)).select("query_id", lexical="value")
+        both = base.join(mine, on="query_id")
+        if both.is_empty():
+            continue
+        wins, lost = both.filter(pl.col("lexical") > pl.col("base")).height, both.filter(pl.col("lexical") < pl.col("base")).height
+        if best is None or wins > best[1]:
+            best = (name, wins, lost, both.height)
+    if best is None or best[1] == 0 or best[1] / best[3] < LEXICAL_SHARE:
+        return None
+    name, wins, lost, n = best
+    return Hint("hybrid", f"{name} finds more relevant documents ({measure}) than {baseline} on {wins} of {n} queries "
+                          f"(fewer on {lost})")
+
+
+def language_hint(breakdown: pl.DataFrame | None, baseline: str, measure: str) -> Hint | None:
+    """A language pair whose mean falls to COLLAPSE_RATIO of the overall mean or below -> a
+    multilingual model or query rewriting."""
+    if breakdown is None or breakdown.is_empty():
+        return None
+    mine = breakdown.filter((pl.col("setting") == baseline) & (pl.col("measure") == measure))
+    overall = mine.filter(pl.col("slice_kind") == "all")["mean"].to_list()
+    if not overall or overall[0] <= 0:
+        return None
+    collapsed = mine.filter((pl.col("slice_kind") == "language_pair") & (pl.col("n") >= MIN_PAIR_QUERIES)
+                            & (pl.col("mean") <= COLLAPSE_RATIO * overall[0])).sort("mean")
+    if collapsed.is_empty():
+        return None
+    pairs = ", ".join(f"{r['slice']} {r['mean']:.3f} ({r['n']} queries)" for r in collapsed.iter_rows(named=True))
+    return Hint("model", f"language pair(s) collapse under {baseline}: {pairs}, against {overall[0]:.3f} overall "
+                         f"({measure}); try a multilingual model or query rewriting")
+
+
+def window_hint(over_window: dict[str, int] | None, baseline_provider: str) -> Hint | None:
+    """Documents longer than the model's window (texts truncated when embedded) -> chunking."""
+    count = (over_window or {}).get(baseline_provider)
+    if not count:
+        return None
+    return Hint("chunking", f"{count} document texts are longer than {baseline_provider}'s input window and were "
+                            f"truncated when embedded")
+
+
+def next_steps(hints: list[Hint | None], ladder: pl.DataFrame) -> list[str]:
+    """One sentence per hint, naming the steps of that kind this ladder already tried and how they did."""
+    out = []
+    for hint in (h for h in hints if h is not None):
+        tried = ladder.filter(pl.col("kind") == hint.try_next).select("setting", "test_significant").rows() if ladder.height else []
+        kind = TRY[hint.try_next]
+        outcomes = ", ".join(f"{name} ({'a significant test gain' if helped else 'no significant test gain'})"
+                             for name, helped in tried)
+        out.append(f"Try {kind}" + (f" (tried here: {outcomes})" if tried else "") + f": {hint.evidence}.")
+    return out

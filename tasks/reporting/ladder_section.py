@@ -1,0 +1,307 @@
+"""The interventions ladder as tables (ladder.parquet, ladder_next.parquet), a report section with
+its plot, and the sentences the verdict's second paragraph is made of (tasks/analysis/ladder.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+
+from tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
+                                   ladder_table, lexical_hint, next_steps, window_hint)
+from tasks.config.cheaper import cheaper_variants
+from tasks.config.setting import FirstStage, Setting
+from tasks.reporting import figures
+from tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
+from tasks.stages.variants import plan_settings
+
+UNFILTERED = " without filters"  # the label suffix of the baseline searched without its queries' filters
+NEXT_SCHEMA = {"try_next": pl.String, "evidence": pl.String, "sentence": pl.String}
+SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "test_baseline", "test_value", "test_gain",
+         "test_ci_low", "test_ci_high", "test_p_value", "dev_gain", "dev_p_value", "dev_gain_held_on_test",
+         "added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes", "gain_per_added_ms",
+         "gain_per_added_usd", "recommended")
+
+
+# --- which interventions a spec contains ------------------------------------------------------
+
+
+def interventions(spec, filtered: bool) -> tuple[str, list[Step]]:
+    """The baseline label (first provider, exact search, first chunking config, queries as
+    written) and every intervention of the spec, in the seed's order: chunking variants, metadata
+    filters (when the dataset's queries carry them), query preprocessing, each other first stage
+    (embedding model or BM25), hybrids, rerankers, fine-tuned models, cheaper variants."""
+    if not spec.providers:
+        raise ValueError("the spec has no provider: the ladder's baseline is the first provider's exact search")
+    first = spec.providers[0].name
+    planned = [s for s in plan_settings(spec) if s.provider == first]
+    baseline = planned[0].setting("flat", None).label
+    steps = [Step("chunking", s.setting("flat", None).label, f"chunking {s.chunking}")
+             for s in planned if s.kind == "chunking"]
+    if filtered:
+        steps.append(Step("filters", baseline, "each query's metadata filter applied", against=baseline + UNFILTERED))
+    steps += [Step("query", s.setting("flat", None).label, f"queries {s.query_variant}") for s in planned if s.kind == "query"]
+    cheaper = {v.provider: v for v in cheaper_variants(spec)}
+    for provider in spec.providers[1:]:
+        label = plan_settings_label(spec, provider.name)
+        if provider.kind == "finetuned":
+            steps.append(Step("finetuned", label, f"{provider.name}: {provider.options.get('base')} fine-tuned"))
+        elif provider.name in cheaper:
+            variant = cheaper[provider.name]
+            steps.append(Step("cheaper", label, f"{provider.name}: {variant.full} with {variant.change}"))
+        else:
+            steps.append(Step("model", label, f"{provider.name} ({provider.kind})"))
+    steps += [Step("model", Setting(FirstStage.bm25(lexical.name)).label, f"BM25 {lexical.name}") for lexical in spec.lexical]
+    for system in spec.systems:
+        kind = "reranker" if system.rerank else "hybrid"
+        parts = [reference for _, reference in system.references]
+        change = (f"{' + '.join(parts)} fused ({system.fusion.method if system.fusion else 'rrf'})" if len(parts) > 1
+                  else parts[0])
+        if system.rerank:
+            change += f", top {system.top_n} reranked by {system.rerank}"
+        steps.append(Step(kind, system.name, change))
+    return baseline, steps
+
+
+def plan_settings_label(spec, provider: str) -> str:
+    """A provider's baseline setting at exact search: `<provider>/flat`."""
+    return next(s for s in plan_settings(spec) if s.provider == provider).setting("flat", None).label
+
+
+# --- the tables ---------------------------------------------------------------------------------
+
+
+def ladder_costs(output_dir: Path, measure: str, per_query: pl.DataFrame, variants: dict[str, tuple[str, str, float]]
+                 ) -> pl.DataFrame:
+    """setting, params, usd_per_1k_queries, query_p50_ms, index_bytes of every setting in
+    per_query (tasks/reporting/verdict.py settings_table). A variant has no latency profile or
+    storage row of its own: `variants` maps its label to (its provider's baseline label, kind,
+    chunks of the variant / chunks of the baseline); a query variant searches its baseline's
+    index with the same model, so it costs the same; a chunking variant's flat index and exact
+    search grow with its number of chunks, so both are its baseline's scaled by that ratio."""
+    table = settings_table(output_dir, measure).select("provider", "index", "nprobe", "usd_per_1k_queries",
+                                                       "query_p50_ms", "index_bytes")
+    keys = per_query.select("setting", "params", "provider", "index", "nprobe").unique(maintain_order=True)
+    costs = keys.join(table, on=["provider", "index", "nprobe"], how="left", nulls_equal=True)
+    by_label = {(r["setting"], r["params"]): r for r in costs.iter_rows(named=True)}
+    rows = []
+    for row in costs.iter_rows(named=True):
+        variant = variants.get(row["setting"])
+        base = by_label.get((variant[0], row["params"])) if variant else None
+        if base is not None:
+            _, kind, ratio = variant
+            scale = 1.0 if kind == "query" else ratio
+            row = {**row,
+                   "usd_per_1k_queries": _first(row["usd_per_1k_queries"], base["usd_per_1k_queries"]),
+                   "query_p50_ms": _first(row["query_p50_ms"], _scaled(base["query_p50_ms"], scale)),
+                   "index_bytes": _first(row["index_bytes"], _scaled(base["index_bytes"], scale, integer=True))}
+        rows.append(row)
+    return pl.DataFrame(rows, schema=costs.schema, orient="row").select(
+        "setting", "params", "usd_per_1k_queries", "query_p50_ms", "index_bytes")
+
+
+def _first(value, fallback):
+    return value if value is not None else fallback
+
+
+def _scaled(value, scale: float, integer: bool = False):
+    if value is None or scale is None:
+        return None
+    return int(round(value * scale)) if integer else value * scale
+
+
+def _variants(spec, chunk_counts: dict[str, int]) -> dict[str, tuple[str, str, float | None]]:
+    """Variant label at exact search -> (its provider's baseline label, kind, chunk-count ratio)."""
+    planned = plan_settings(spec)
+    first_chunking = spec.chunking_variants[0].name
+    out = {}
+    for s in planned:
+        if s.kind == "baseline":
+            continue
+        base = next(b for b in planned if b.provider == s.provider and b.kind == "baseline").setting("flat", None).label
+        mine, theirs = chunk_counts.get(s.chunking), chunk_counts.get(first_chunking)
+        out[s.setting("flat", None).label] = (base, s.kind, mine / theirs if mine and theirs else None)
+    return out
+
+
+def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None = None,
+                 chunk_counts: dict[str, int] | None = None) -> dict[str, str]:
+    """ladder.parquet (+ csv) and ladder_next.parquet from this run's tables; `unfiltered`: the
+    baseline's per-query rows searched without its queries' filters (setting `<baseline> without
+    filters`), written as ladder_unfiltered.parquet so the filters step can be paired again;
+    `chunk_counts`: chunks per chunking config (a chunking variant's cost scales with them)."""
+    from tasks.reporting.tables import write_tables
+    from tasks.store.files import write_text
+
+    output_dir = Path(spec.output_dir)
+    measure = spec.report.primary_measure
+    per_query = pl.read_parquet(tables["per_query"])
+    baseline, steps = interventions(spec, unfiltered is not None and unfiltered.height > 0)
+    present = set(per_query["setting"])
+    if baseline not in present:  # a partial run (--provider) without the first provider: no baseline to climb from
+        return {}
+    if unfiltered is not None and unfiltered.height:
+        present.add(baseline + UNFILTERED)
+    kept = [s for s in steps if s.setting in present and (s.against is None or s.against in present)]
+    # A system reranking an IVF stage carries its input's query parameters, not `{}`.
+    params = {name: set(group["params"]) for (name,), group in per_query.select("setting", "params").unique().group_by("setting")}
+    kept = [replace(s, params=next(iter(params[s.setting]))) if NO_PARAMS not in params.get(s.setting, {NO_PARAMS})
+            and len(params[s.setting]) == 1 else s for s in kept]
+    columns = ["setting", "params", "query_id", "measure", "value", "split"]
+    scored = per_query.select(columns)
+    costs = ladder_costs(output_dir, measure, per_query, _variants(spec, chunk_counts or {}))
+    if unfiltered is not None and unfiltered.height:
+        scored = pl.concat([scored, unfiltered.select(columns)])
+        base_cost = costs.filter((pl.col("setting") == baseline) & (pl.col("params") == NO_PARAMS))
+        # Same embeddings and index: no dollar or byte added; the filtered search was not timed apart.
+        costs = pl.concat([costs, base_cost.with_columns(setting=pl.lit(baseline + UNFILTERED),
+                                                         query_p50_ms=pl.lit(None, pl.Float64))])
+    stats = spec.statistics
+    ladder = ladder_table(scored, costs, kept, baseline, measure, resamples=stats.resamples,
+                          permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
+    cut = 10 if 10 in spec.k else max(spec.k)
+    failures, breakdown, cost = (read_table(output_dir, name) for name in ("failures", "breakdown", "cost"))
+    over_window = None
+    if cost is not None and "texts_over_window" in cost.columns:  # where a ledger counts truncated texts
+        over_window = dict(cost.select("provider", "texts_over_window").iter_rows())
+    queries = per_query.filter(pl.col("setting") == baseline)["query_id"].n_unique()
+    hints = [buried_hint(failures, baseline, queries),
+             lexical_hint(per_query, baseline, [s.setting for s in steps if s.change.startswith("BM25 ")], f"recall@{cut}"),
+             language_hint(breakdown, baseline, measure),
+             window_hint(over_window, spec.providers[0].name)]
+    hints = [h for h in hints if h is not None]
+    sentences = next_steps(hints, ladder)
+    next_table = pl.DataFrame([(h.try_next, h.evidence, s) for h, s in zip(hints, sentences)], schema=NEXT_SCHEMA,
+                              orient="row")
+    written = {"ladder": ladder, "ladder_next": next_table}
+    if unfiltered is not None and unfiltered.height:
+        written["ladder_unfiltered"] = unfiltered
+    paths = write_tables(output_dir, written)
+    paths["ladder_csv"] = str(write_text(output_dir / "ladder.csv", ladder.write_csv()))
+    return paths
+
+
+# --- words ----------------------------------------------------------------------------------------
+
+
+def _gain(row: dict) -> str:
+    return (f"{row['test_gain']:+.3f} (95% CI {row['test_ci_low']:+.3f} to {row['test_ci_high']:+.3f}, "
+            f"p {row['test_p_value']:.3g})")
+
+
+def _adds(row: dict) -> str:
+    usd, ms, size = row["added_usd_per_1k_queries"], row["added_query_p50_ms"], row["added_index_bytes"]
+    parts = ["no dollar figure (a setting without a price)" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
+             "latency not measured" if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
+             "size not measured" if size is None else f"{'+' if size >= 0 else '-'}{fmt_bytes(abs(size))} of index"]
+    return ", ".join(parts)
+
+
+def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None) -> list[str]:
+    """The verdict's second paragraph: what the ladder recommends on held-out test queries, the
+    other steps that helped, the dev gains that did not hold, and what to try when none helps."""
+    hints = [] if next_rows is None else next_rows["sentence"].to_list()
+    if ladder.is_empty():
+        return ["The spec tries no intervention beyond its baseline, so there is no ladder to climb.", *hints]
+    first = ladder.row(0, named=True)
+    baseline = next((r["baseline"] for r in ladder.iter_rows(named=True) if r["kind"] != "filters"), first["baseline"])
+    filters = " (metadata filters: against the baseline searched without them)" if "filters" in set(ladder["kind"]) else ""
+    out = [f"Interventions ladder: {ladder.height} step(s), each against the baseline {baseline}{filters}, paired over "
+           f"the held-out test queries on {first['measure']}."]
+    untested = ladder.filter(pl.col("test_n") == 0)
+    pick = cheapest_helpful(ladder)
+    if pick is not None:
+        out.append(f"Recommended: {pick['setting']} ({pick['intervention']}: {pick['change']}), the cheapest step with a "
+                   f"significant test gain, {_gain(pick)}; it adds {_adds(pick)}.")
+        others = ladder.filter(pl.col("test_significant").fill_null(False) & ~pl.col("recommended"))
+        if others.height:
+            out.append("Also significant on test but costlier: " + "; ".join(
+                f"{r['setting']} {r['test_gain']:+.3f}" for r in others.iter_rows(named=True)) + ".")
+    elif untested.height == ladder.height:
+        out.append("No test queries in this run: the ladder cannot recommend a step (dev results are tuning evidence only).")
+    else:
+        best = ladder.filter(pl.col("test_n") > 0).sort("test_gain", descending=True, nulls_last=True).row(0, named=True)
+        out.append(f"No step gains significantly on test over the baseline (largest: {best['setting']} {_gain(best)}).")
+        out += hints or ["The failure log points at no particular intervention to try next."]
+    lost = ladder.filter(pl.col("dev_gain_held_on_test").eq(False))
+    if lost.height:
+        out.append("Dev gains that did not hold on test: " + ", ".join(
+            f"{r['setting']} (dev {r['dev_gain']:+.3f}, test {r['test_gain']:+.3f})" for r in lost.iter_rows(named=True)) + ".")
+    return out
+
+
+def ladder_paragraph(output_dir: Path) -> list[str]:
+    """ladder_sentences from the tables in `output_dir`; empty when the run wrote no ladder."""
+    ladder = read_table(output_dir, "ladder")
+    return [] if ladder is None else ladder_sentences(ladder, read_table(output_dir, "ladder_next"))
+
+
+# --- the report section ---------------------------------------------------------------------------
+
+
+@figures._memoised
+def ladder_plot(ladder: pl.DataFrame) -> str | None:
+    """Test gain (95% interval) against the p50 latency each step adds; one marker per step, named in the legend."""
+    rows = ladder.filter(pl.col("added_query_p50_ms").is_not_null() & pl.col("test_gain").is_not_null())
+    if rows.is_empty():
+        return None
+    plt = figures.load_matplotlib()
+    figure, axis = plt.subplots(figsize=(figures.WIDTH, 4.5))
+    markers = "osD^v<>phX*"
+    for i, row in enumerate(rows.iter_rows(named=True)):
+        colour = figures.BEST if row["recommended"] else figures.CHEAP if row["test_significant"] else figures.OTHER
+        axis.errorbar([row["added_query_p50_ms"]], [row["test_gain"]],
+                      yerr=[[row["test_gain"] - row["test_ci_low"]], [row["test_ci_high"] - row["test_gain"]]],
+                      fmt=markers[i % len(markers)], color=colour, capsize=3,
+                      label=figures.safe(f"{row['step']}. {row['setting']} ({row['intervention']})", 60))
+    axis.axhline(0, color="#444", linewidth=0.8)
+    axis.set_xlabel("added p50 query latency (ms per query, vs the baseline)")
+    axis.set_ylabel(f"test gain in {figures.safe(rows['measure'][0])} (95% interval)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return figures._png(figure)
+
+
+def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
+    """The ladder as the report shows it: sizes in words, no column that is empty in every row."""
+    size = pl.col("added_index_bytes").map_elements(lambda v: ("-" if v < 0 else "+") + fmt_bytes(abs(v)),
+                                                     return_dtype=pl.String).alias("added_index")
+    frame = ladder.select([size if c == "added_index_bytes" else pl.col(c) for c in SHOWN if c in ladder.columns])
+    return frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
+
+
+def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
+    """None unless this run wrote ladder.parquet (manifest.json lists it). `section_type`, `paragraph`, `table`, `figure`:
+    the report's Section class and its block helpers (tasks/reporting/html.py)."""
+    manifest = Path(output_dir) / "manifest.json"
+    if manifest.exists() and "ladder" not in (json.loads(manifest.read_text(encoding="utf-8")).get("tables") or {}):
+        return None  # a ladder.parquet left by an earlier run is not this run's
+    ladder = read_table(output_dir, "ladder")
+    if ladder is None:
+        return None
+    next_rows = read_table(output_dir, "ladder_next")
+    section = section_type("Interventions ladder", "ladder")
+    for sentence in ladder_sentences(ladder, next_rows):
+        paragraph(section, sentence)
+    if ladder.is_empty():
+        return section
+    paragraph(section, "Each step in the seed's order (chunking, metadata filters, query preprocessing, other models, "
+                       "hybrids, rerankers, fine-tuned models, cheaper variants) minus its baseline: paired over the test "
+                       "queries (95% paired bootstrap interval, sign-flip randomisation p); dev columns are tuning "
+                       "evidence, dev_gain_held_on_test says whether a significant dev gain was significant on test too. "
+                       "added_*: the step's cost minus the baseline's (USD per 1,000 queries, p50 query latency, index "
+                       "bytes); recommended: the significant test gain that adds the fewest dollars, then ms, then bytes.")
+    table(section, _shown(ladder))
+    unplotted = [f"{r['step']}. {r['setting']} ({r['intervention']})"
+                 for r in ladder.filter(pl.col("added_query_p50_ms").is_null()).iter_rows(named=True)]
+    caption = ("Test gain over the baseline (95% paired interval) against the p50 latency each step adds. Green: the "
+               "recommended step; blue: other significant test gains; grey: no significant gain. A whisker crossing the "
+               "zero line is a gain the test queries cannot tell from none.")
+    if unplotted:
+        caption += f" Not plotted (latency not measured): {', '.join(unplotted)}."
+    figure(section, ladder_plot(ladder), "test gain against added latency per intervention", caption)
+    if next_rows is not None and next_rows.height:
+        paragraph(section, "What the failure log points at (over all queries of the run):")
+        table(section, next_rows.select("try_next", "evidence"))
+    return section

@@ -20,6 +20,7 @@ from tasks.analysis.breakdown import paired_comparison
 from tasks.analysis.cheaper import ON_TEST
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
+from tasks.reporting.ladder_section import ladder_paragraph
 from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
 from tasks.store.files import write_text
@@ -165,9 +166,12 @@ def _figure(section: Section, png: str | None, alt: str, caption: str) -> None:
 # --- sections -------------------------------------------------------------------------------
 
 
-def verdict_section(verdict: Verdict) -> Section:
+def verdict_section(verdict: Verdict, output_dir: Path | None = None) -> Section:
     section = Section("Verdict", "verdict")
     section.blocks.append(("verdict", verdict_sentences(verdict)))
+    ladder = ladder_paragraph(output_dir) if output_dir is not None else []
+    if ladder:  # the second paragraph: which intervention to try first (section "Interventions ladder")
+        section.blocks.append(("verdict", ladder))
     _table(section, verdict_frame(verdict))
     pick = verdict.as_good_and_cheaper.row["label"] if verdict.as_good_and_cheaper else None
     threshold = verdict.best["mean"] - verdict.margin.value
@@ -554,7 +558,7 @@ class ReportInputs:
 # The report's own sections in page order, by name; a side stage's section (tasks/stage_list.py)
 # is placed after one of these names. A builder returns a Section, a list of them, or None.
 SECTIONS = (
-    ("verdict", lambda r: verdict_section(r.verdict)),
+    ("verdict", lambda r: verdict_section(r.verdict, r.output_dir)),
     ("tradeoffs", lambda r: tradeoff_section(r.verdict, r.output_dir, r.measure)),
     ("tuning", lambda r: tuning_section(r.verdict)),
     ("regressions", lambda r: regressions_section(r.regressions)),

@@ -10,6 +10,7 @@ import polars as pl
 from tasks.analysis import history
 from tasks.reporting import figures
 from tasks.reporting.html import build_report, md_escape, md_prose, md_table
+from tasks.reporting.ladder_section import ladder_paragraph
 from tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
 from tasks.config.spec import BenchmarkSpec
 from tasks.store.files import write_parquet
@@ -70,7 +71,9 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,
         previous_run=previous, baseline_run=baseline,
-        verdict=" ".join(md_prose(s) for s in verdict_sentences(verdict)) + "\n\n" + md_table(verdict_frame(verdict)),
+        verdict="\n\n".join(" ".join(md_prose(s) for s in paragraph) for paragraph in
+                              (verdict_sentences(verdict), ladder_paragraph(output_dir)) if paragraph)
+        + "\n\n" + md_table(verdict_frame(verdict)),
     )
 
 

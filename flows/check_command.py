@@ -22,12 +22,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import textwrap
 
-    from flows.cli import _local_or_uri
     from tasks.config.spec import load_spec
     from tasks.stages.preflight import plan_run, preflight
+    from tasks.store.remote import is_remote
 
+    store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
     spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
-                     store_dir=_local_or_uri(args.store_dir))
+                     store_dir=store_dir)
     dataset, key = preflight(spec)
     print(textwrap.fill(plan_run(spec, dataset, key).summary(), width=100, break_on_hyphens=False))
     return 0

@@ -39,7 +39,8 @@ def beir_collection(folder: Path) -> Path:
 
 
 def retbench(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(cwd / "prefect-home")}
+    env.pop("PREFECT_API_URL", None)
     return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -102,6 +103,7 @@ def test_run_refuses_a_bad_grade_before_prefect_starts(tmp_path):
     assert (done.returncode, done.stderr) == (
         2, f"retbench: {tmp_path / 'data' / 'qrels.jsonl'}:2: grade 9 for query 'q1' is outside 0..3\n")
     assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not list((tmp_path / "prefect-home").rglob("*.db"))  # Prefect's database: the API server never started
 
 
 def test_check_counts_agree_with_what_a_run_embeds_and_builds(tmp_path, capsys):

@@ -28,8 +28,9 @@ def run(args) -> int:
     detected = detect_format(folder)
     dataset = _read_all(detected)
     judged = _judged_per_split(dataset)
+    queries_per_split = {s: q for s, (q, _) in judged.items()}
     split, reason = (detected.fixed_split, "all its queries are test queries") if detected.fixed_split \
-        else choose_split({s: q for s, (q, _) in judged.items()})
+        else choose_split(queries_per_split)
     name = spec_name(detected.options.get("collection") or folder.name)
     output = (args.output or Path(f"{name}.yaml")).resolve()
     if output.exists() and not args.force:
@@ -39,8 +40,8 @@ def run(args) -> int:
                         "write the spec elsewhere (-o)")
     languages = _languages(dataset)
     facts = StarterFacts(name=name, dataset_path=_relative(folder, output.parent), format=detected.format,
-                         options=detected.options, split=split, split_reason=reason,
-                         judged_splits={s: q for s, (q, _) in judged.items()}, languages=tuple(dict.fromkeys(l for c in languages.values() for l in c)),
+                         options=detected.options, split=split, split_reason=reason, judged_splits=queries_per_split,
+                         languages=tuple(dict.fromkeys(lang for counts in languages.values() for lang in counts)),
                          trec_qrels=tuple(_relative(p, output.parent) for p in detected.trec_qrels), found=detected.what)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(starter_spec(facts), encoding="utf-8")
@@ -57,17 +58,12 @@ def run(args) -> int:
 
 
 def _read_all(detected):
-    """Every query of every split, validated as a run would (ids, grades), warnings kept for the run."""
-    import logging
-
+    """Every query of every split, validated as a run would (ids, grades); unjudged queries are counted."""
     from tasks.stages.dataset import load_dataset
+    from tasks.stages.preflight import quiet_dataset_warnings
 
-    logger = logging.getLogger("retbench.dataset")
-    disabled, logger.disabled = logger.disabled, True
-    try:
+    with quiet_dataset_warnings():
         return load_dataset(detected.folder, detected.format, "all", **detected.options)
-    finally:
-        logger.disabled = disabled
 
 
 def _judged_per_split(dataset) -> dict[str, tuple[int, int]]:

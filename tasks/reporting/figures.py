@@ -90,12 +90,13 @@ def load_matplotlib():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    _register_devanagari(matplotlib)
+    _register_devanagari()
     return plt
 
 
 @functools.cache
-def _register_devanagari(matplotlib) -> None:
+def _register_devanagari() -> None:
+    import matplotlib
     from matplotlib import font_manager
 
     import fontpkg_noto_sans_devanagari as noto

@@ -42,14 +42,15 @@ def validated_dataset(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
                 return load_saved_dataset(Path(spec.store_dir) / facts["folder"]), facts["key"]
             except Exception:  # noqa: BLE001  a damaged store entry is the run's to heal: parse the files instead
                 pass
-    with _quiet("retbench.dataset"):
+    with quiet_dataset_warnings():
         return load_spec_dataset(spec.dataset), None
 
 
 @contextlib.contextmanager
-def _quiet(logger_name: str) -> Iterator[None]:
-    """The load-dataset stage says the same warnings (unjudged queries) in the run's log."""
-    logger = logging.getLogger(logger_name)
+def quiet_dataset_warnings() -> Iterator[None]:
+    """Without the dataset loader's warnings (unjudged queries): the run's load-dataset stage
+    says them in the run's log, where they belong, rather than twice."""
+    logger = logging.getLogger("retbench.dataset")
     disabled, logger.disabled = logger.disabled, True
     try:
         yield

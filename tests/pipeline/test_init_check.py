@@ -178,3 +178,21 @@ def test_init_does_not_overwrite_a_spec(tmp_path, capsys, monkeypatch):
     assert "mine.yaml: exists; pass --force" in capsys.readouterr().err
     assert (tmp_path / "mine.yaml").read_text() == "mine\n"
     assert main(["init", str(folder), "--force"]) == 0 and "name: mine" in (tmp_path / "mine.yaml").read_text()
+
+
+@pytest.mark.parametrize("break_it, expected", [
+    (lambda t: (t / "spec.yaml").write_text((t / "spec.yaml").read_text() + "bogus: 1\n"), r"bogus: unknown key"),
+    (lambda t: (t / "data" / "queries.jsonl").unlink(), r"queries\.jsonl: missing; expected queries\.jsonl with id, text"),
+    (lambda t: (t / "data" / "qrels.jsonl").write_text('{"query_id": "q0", "doc_id": "d7", "grade": 1}\n'),
+     r"qrels\.jsonl:1: doc id 'd7' is not in .*corpus\.jsonl"),
+])
+def test_check_says_each_kind_of_error_in_one_line(tmp_path, capsys, break_it, expected):
+    import re
+
+    tiny_collection(tmp_path / "data")
+    spec = write_spec(tmp_path, "[{name: h, kind: hashing}]")
+    break_it(tmp_path)
+    assert main(["check", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("retbench: ")
+    assert re.search(expected, captured.err), captured.err

@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
-    from flows import eval_command, hard_negatives_command
+    from flows import check_command, eval_command, hard_negatives_command, init_command
 
+    init_command.add_parser(commands)
+    check_command.add_parser(commands)
     eval_command.add_parser(commands)
     hard_negatives_command.add_parser(commands)
 
@@ -95,18 +97,18 @@ def _run(args) -> int:
     from flows.prefect_server import preload_embedded_api
 
     # The API server's process imports Prefect's server (seconds) while this one checks the
-    # inputs, and serves only once they pass: a typo, a missing dataset or an output_dir that
-    # is a file fails in about a second, and no server ever started.
+    # inputs, and serves only once they pass: a typo, a missing dataset, a bad grade or an
+    # output_dir that is a file fails in about a second (on a small dataset), and no server ever started.
     pending = preload_embedded_api()
     try:
         from tasks.config.spec import load_spec, select_providers
-        from tasks.stages.prepare import check_inputs
+        from tasks.stages.preflight import preflight
 
         output_dir = str(args.output_dir.resolve()) if args.output_dir else None
         store_dir = _local_or_uri(args.store_dir)
         spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
         select_providers(spec, args.providers)
-        check_inputs(spec)
+        preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
     except BaseException:
         if pending is not None:
             pending.discard()

@@ -7,14 +7,15 @@ from pathlib import Path
 
 from tasks.datasets.errors import DatasetError
 from tasks.datasets.jsonl import jsonl_docs
-from tasks.datasets.lines import UniqueIds, json_lines, parse_int, str_field, text_lines
+from tasks.datasets.lines import UniqueIds, json_lines, located, parse_int, str_field, text_lines
 from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, QUERY_SPLITS, Judgment, RawCollection
 from tasks.datasets.reader import FormatReader
 from tasks.language import detect_language
 
 
 def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollection:
-    corpus_file, queries_file = folder / "corpus.jsonl", folder / "queries.jsonl"
+    # Either may be gzip-compressed (corpus.jsonl.gz); messages name the file read.
+    corpus_file, queries_file = (located(folder / f) or folder / f for f in ("corpus.jsonl", "queries.jsonl"))
     metadata: dict[str, dict] = {}
     docs, _ = jsonl_docs(corpus_file, "_id", "BEIR corpus.jsonl with _id, title, text", metadata=metadata,
                           extra_fields_are_metadata=True)

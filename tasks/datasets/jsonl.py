@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import UniqueIds, int_field, json_lines, str_field
+from tasks.datasets.lines import UniqueIds, int_field, json_lines, located, str_field
 from tasks.datasets.metadata import metadata_field, metadata_fields, parse_filter
 from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, Judgment, QUERY_SPLITS, RawCollection
 from tasks.datasets.reader import FormatReader
@@ -15,7 +15,9 @@ JSONL_MAX_GRADE = 3
 
 
 def _read_jsonl(folder: Path, split: str, name: str | None = None) -> RawCollection:
-    corpus_file, queries_file, qrels_file = (folder / f for f in ("corpus.jsonl", "queries.jsonl", "qrels.jsonl"))
+    # Each file may be gzip-compressed (corpus.jsonl.gz); messages name the file read.
+    corpus_file, queries_file, qrels_file = (located(folder / f) or folder / f
+                                             for f in ("corpus.jsonl", "queries.jsonl", "qrels.jsonl"))
     metadata: dict[str, dict] = {}
     docs, detected = jsonl_docs(corpus_file, "id", "corpus.jsonl with id, title?, text, language?, metadata?",
                                  metadata=metadata)

@@ -3,34 +3,90 @@ what was expected; shared by the format readers."""
 from __future__ import annotations
 
 import codecs
+import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tasks.datasets.errors import DatasetError
 
 
+# Read as they are, in place of the file they compress: `corpus.jsonl.gz` for `corpus.jsonl`.
+READ_COMPRESSED = (".gz",)
+# Named when the file itself is missing, never read: the user unpacks them.
+PACKED = (".bz2", ".xz", ".zst", ".lz4", ".7z", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+
+def located(path: Path) -> Path | None:
+    """The file read for `path`: itself, else its gzip-compressed sibling `path.gz`; None if neither is."""
+    if path.is_file():
+        return path
+    return next((path.with_name(path.name + ext) for ext in READ_COMPRESSED
+                 if path.with_name(path.name + ext).is_file()), None)
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """`path` for reading bytes, decompressed when it is a `.gz` file."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def packed_siblings(path: Path) -> list[Path]:
+    """Files beside a missing `path` that hold it packed: `path.<ext>`, `<stem>.<ext>`, and any
+    archive in its folder (a downloaded `scifact.zip` holds the collection's files)."""
+    folder = path.parent
+    if not folder.is_dir():
+        return []
+    named = {path.with_name(path.name + ext) for ext in PACKED} | {path.with_name(path.stem + ext) for ext in PACKED}
+    archives = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".7z")
+    found = {p for p in named if p.is_file()}
+    found |= {p for p in folder.iterdir() if p.is_file() and p.name.endswith(archives)}
+    return sorted(found)
+
+
+def missing_file_error(path: Path, what: str) -> DatasetError:
+    """`<path>: missing; expected <what>`, naming a packed sibling to unpack when there is one."""
+    siblings = packed_siblings(path)
+    hint = ""
+    if siblings:
+        names = ", ".join(p.name for p in siblings[:3]) + (f" and {len(siblings) - 3} more" if len(siblings) > 3 else "")
+        hint = (f"; found {names} beside it: unpack it into {path.parent} (only {', '.join(READ_COMPRESSED)} "
+                "files are read as they are)")
+    return DatasetError(f"{path}: missing; expected {what}{hint}")
+
+
 def text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
-    """Yield (line number, line) for non-blank lines; a BOM and CRLF endings are tolerated."""
-    if not path.is_file():
-        raise DatasetError(f"{path}: missing; expected {what}")
-    with open(path, "rb") as f:
-        for lineno, data in enumerate(f, 1):
-            if lineno == 1 and data.startswith(codecs.BOM_UTF8):
-                data = data[len(codecs.BOM_UTF8):]
-            try:
-                line = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DatasetError(
-                    f"{path}:{lineno}: invalid UTF-8 at byte {e.start + 1} of the line; expected UTF-8 text"
-                ) from None
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line
+    """Yield (line number, line) for non-blank lines of `path` (or of `path.gz`, decompressed);
+    a BOM and CRLF endings are tolerated. Errors name the file read."""
+    found = located(path)
+    if found is None:
+        raise missing_file_error(path, what)
+    path = found
+    with open_binary(path) as f:
+        lineno = 0
+        try:
+            for lineno, data in enumerate(f, 1):
+                if lineno == 1 and data.startswith(codecs.BOM_UTF8):
+                    data = data[len(codecs.BOM_UTF8):]
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(
+                        f"{path}:{lineno}: invalid UTF-8 at byte {e.start + 1} of the line; expected UTF-8 text"
+                    ) from None
+                line = line.rstrip("\r\n")
+                if line.strip():
+                    yield lineno, line
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt .gz
+            if not path.name.endswith(".gz"):
+                raise
+            raise DatasetError(f"{path}:{lineno + 1}: not readable as gzip ({e}); expected a complete .gz file") from None
 
 
 def json_lines(path: Path, what: str) -> Iterator[tuple[str, dict]]:
+    """(file:line, object) per non-blank line; `path` may be read from `path.gz` (named as such)."""
+    path = located(path) or path
     for lineno, line in text_lines(path, what):
         try:
             obj = json.loads(line)

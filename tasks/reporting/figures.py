@@ -77,14 +77,69 @@ def _memoised(draw):
     return wrapper
 
 
+# Latin first, then Devanagari for what DejaVu lacks: matplotlib (>= 3.6) falls back glyph by glyph
+# along an explicit family list (not along a generic "sans-serif"), so Hindi labels are not boxes.
+FONT_FAMILIES = ("DejaVu Sans", "Noto Sans Devanagari")
+
+
 def load_matplotlib():
-    """matplotlib.pyplot on the Agg backend (imported on first call)."""
+    """matplotlib.pyplot on the Agg backend (imported on first call), with the Devanagari font
+    shipped as a dependency (fontpkg-noto-sans-devanagari) registered and in the family list."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    _register_devanagari()
     return plt
+
+
+@functools.cache
+def _register_devanagari() -> None:
+    import matplotlib
+    from matplotlib import font_manager
+
+    import fontpkg_noto_sans_devanagari as noto
+
+    for path in sorted((noto.ROOT / "files").glob("*.[ot]tf")):
+        font_manager.fontManager.addfont(str(path))
+    matplotlib.rcParams["font.family"] = list(FONT_FAMILIES)
+
+
+# Devanagari and the code points its shaping needs (ZWNJ, ZWJ, the dotted circle of a lone sign).
+DEVANAGARI_RANGES = ((0x0900, 0x097F), (0x1CD0, 0x1CFF), (0xA8E0, 0xA8FF))
+_SHAPING = "\u200c\u200d\u25cc"
+
+
+def devanagari_letters(text: str) -> str:
+    """The distinct Devanagari characters of `text`, sorted ("" when it has none)."""
+    found = {c for c in text if any(lo <= ord(c) <= hi for lo, hi in DEVANAGARI_RANGES)}
+    return "".join(sorted(found))
+
+
+@_memoised
+def devanagari_font(letters: str) -> str:
+    """The shipped Devanagari font cut to `letters` (with the conjuncts and signs that shape them)
+    and fixed at its regular weight, as base64 TrueType for a page to embed: tens of KB where the
+    variable font file is 640 KB. Kept in the store by its letters, so a rerun cuts nothing."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+    from fontTools.varLib import instancer
+
+    import fontpkg_noto_sans_devanagari as noto
+
+    font = TTFont(str(next((noto.ROOT / "files").glob("*.ttf"))))
+    options = subset.Options()
+    options.layout_features = ["*"]  # every shaping feature: conjuncts, reph, matra positions
+    options.notdef_outline = True
+    cutter = subset.Subsetter(options)
+    cutter.populate(text=letters + _SHAPING)
+    cutter.subset(font)
+    if "fvar" in font:
+        font = instancer.instantiateVariableFont(font, {"wght": 400, "wdth": 100})
+    buffer = io.BytesIO()
+    font.save(buffer)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _png(figure) -> str:

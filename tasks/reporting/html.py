@@ -25,9 +25,13 @@ from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_by
                                      verdict_sentences)
 from tasks.store.files import write_text
 
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
+# Latin from the system's UI font; Devanagari from the font embedded in the page when it has Hindi
+# (Noto Sans Devanagari, cut to its letters), else from what Windows, macOS or Linux ship.
+FONT_STACK = ('system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Noto Sans Devanagari","Nirmala UI",Mangal,'
+              '"Kohinoor Devanagari","Devanagari Sangam MN","Lohit Devanagari",sans-serif')
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5rem auto;padding:0 1.5rem;color:#222;max-width:70rem;line-height:1.4}
+body{font-family:""" + FONT_STACK + """;margin:1.5rem auto;padding:0 1.5rem;color:#222;max-width:70rem;line-height:1.4}
 h1{margin-bottom:0.2rem} h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:0.2rem}
 .meta{color:#666;font-size:0.85rem;margin-top:0}
 .verdict{background:#f3f8f3;border-left:4px solid #1b7837;padding:0.6rem 1rem;margin:0.8rem 0}
@@ -674,13 +678,26 @@ def render_html(title: str, meta: str, sections: list[Section]) -> str:
                             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
             elif kind == "raw":
                 body.append(block[1])
+    text = "\n".join(body)
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        + "\n".join(body) + "</body></html>\n"
+        f"<title>{html.escape(title)}</title><style>{devanagari_face(title + text)}{STYLE}</style></head><body>"
+        + text + "</body></html>\n"
     )
+
+
+def devanagari_face(text: str) -> str:
+    """An @font-face embedding the Devanagari font cut to the letters of `text`; "" without any
+    (a page without Hindi carries no font). Its unicode-range keeps Latin text in the system font."""
+    letters = figures.devanagari_letters(text)
+    if not letters:
+        return ""
+    ranges = ",".join(f"U+{lo:04X}-{hi:04X}" for lo, hi in figures.DEVANAGARI_RANGES) + ",U+200C-200D,U+25CC"
+    return ('@font-face{font-family:"Noto Sans Devanagari";font-display:block;'
+            f'src:url(data:font/ttf;base64,{figures.devanagari_font(letters)}) format("truetype");'
+            f"unicode-range:{ranges}}}\n")
 
 
 def render_markdown(title: str, meta: str, sections: list[Section]) -> str:

@@ -127,8 +127,14 @@ def set_address(provider: Provider, ids: Sequence[str], texts: Sequence[str], ro
     directory, _, fp_hash = cache_dir_for(store, provider)
     directory.mkdir(parents=True, exist_ok=True)
     keys = [cache_key(fp_hash, role, text) for text in texts]
-    set_key = stable_hash(fp_hash, role, keys, list(ids))
+    set_key = embedding_set_key(fp_hash, role, keys, ids)
     return directory, keys, set_key, Path(store) / "sets" / f"{set_key}.parquet"
+
+
+def embedding_set_key(fp_hash: str, role: Role, keys: Sequence[str], ids: Sequence[str]) -> str:
+    """The key of an ordered set of texts (its set file's name, its indexes' folder): known before
+    anything is embedded, so `retbench check` can tell which indexes exist."""
+    return stable_hash(fp_hash, role, list(keys), list(ids))
 
 
 def open_folder(directory: Path, provider: Provider, store: Path) -> "LiveRows":

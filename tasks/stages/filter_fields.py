@@ -10,28 +10,33 @@ from __future__ import annotations
 
 import codecs
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.datasets.errors import DatasetError
+from tasks.datasets.lines import located, open_binary
 from tasks.datasets.metadata import known_fields, parse_filter
 
 
 def _objects(path: Path, marker: bytes) -> Iterator[tuple[int, dict]]:
     """(line number, object) of the JSON lines of `path` containing `marker`; line numbers as the
     dataset stage counts them (1-based, blank lines included)."""
-    with open(path, "rb") as f:
-        for lineno, data in enumerate(f, 1):
-            if lineno == 1 and data.startswith(codecs.BOM_UTF8):
-                data = data[len(codecs.BOM_UTF8):]
-            if marker not in data:
-                continue
-            try:
-                obj = json.loads(data)
-            except ValueError:  # malformed JSON or UTF-8: the dataset stage reports it with its line
-                continue
-            if isinstance(obj, dict):
-                yield lineno, obj
+    try:
+        with open_binary(path) as f:
+            for lineno, data in enumerate(f, 1):
+                if lineno == 1 and data.startswith(codecs.BOM_UTF8):
+                    data = data[len(codecs.BOM_UTF8):]
+                if marker not in data:
+                    continue
+                try:
+                    obj = json.loads(data)
+                except ValueError:  # malformed JSON or UTF-8: the dataset stage reports it with its line
+                    continue
+                if isinstance(obj, dict):
+                    yield lineno, obj
+    except (OSError, EOFError, zlib.error):  # a damaged .gz: the dataset stage reports it
+        return
 
 
 def query_filters(queries_file: Path) -> list[tuple[str, object]]:
@@ -58,8 +63,8 @@ def check_filter_fields(path: Path, format: str, declared: list[str] | None = No
     carries query filters; other formats pass (a declaration is refused for them at spec load)."""
     if format != "jsonl":
         return
-    corpus_file, queries_file = path / "corpus.jsonl", path / "queries.jsonl"
-    if not (corpus_file.is_file() and queries_file.is_file()):
+    corpus_file, queries_file = located(path / "corpus.jsonl"), located(path / "queries.jsonl")  # or their .gz
+    if corpus_file is None or queries_file is None:
         return  # the dataset stage names the missing file
     filters = query_filters(queries_file)
     asked = {key for _, value in filters if isinstance(value, dict) for key in value}

@@ -79,8 +79,12 @@ def check_inputs(spec: BenchmarkSpec) -> None:
 
     dataset = spec.dataset
     if not dataset.path.exists():
+        from tasks.datasets.lines import packed_siblings
+
+        packed = [p.name for p in packed_siblings(dataset.path) if p.name.startswith(dataset.path.name)]
+        hint = f"; found {', '.join(packed)} beside it: unpack it there" if packed else ""
         raise DatasetError(f"dataset.path {dataset.path}: not found; expected the {dataset.format} collection's "
-                           "folder (relative paths are read from the spec file's folder)")
+                           f"folder (relative paths are read from the spec file's folder){hint}")
     if not dataset.path.is_dir():
         raise DatasetError(f"dataset.path {dataset.path}: a file; expected the folder of the {dataset.format} collection")
     if dataset.qrels is not None and not dataset.qrels.is_file():
@@ -134,7 +138,7 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
     started = time.perf_counter()
     ensure_writable(spec.store_dir, "store")
     ensure_writable(spec.output_dir, "output")
-    pointer = Path(spec.store_dir) / "datasets" / "sources" / f"{_source_key(spec)[:32]}.json"
+    pointer = source_pointer(spec)
     parsed: list[DatasetRef] = []
 
     def parse_and_point(tmp: str) -> None:
@@ -155,6 +159,12 @@ def prepare_dataset(spec: BenchmarkSpec, force: bool = False) -> DatasetRef:
                       seconds=time.perf_counter() - started, name=facts["name"], documents=facts["documents"],
                       queries=facts["queries"], judgments=facts["judgments"], notes=tuple(facts["notes"]),
                       unjudged_queries=tuple(facts["unjudged_queries"]))
+
+
+def source_pointer(spec: BenchmarkSpec) -> Path:
+    """Where the store notes the parsed dataset of these very source files (JSON: its folder, key,
+    counts, notes); present once a run has parsed them."""
+    return Path(spec.store_dir) / "datasets" / "sources" / f"{_source_key(spec)[:32]}.json"
 
 
 def _load(spec: BenchmarkSpec):
@@ -201,8 +211,7 @@ def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False,
     """Chunks of the corpus under `variant` (a ChunkingVariantSpec; default: the spec's first config)."""
     variant = variant or spec.chunking_variants[0]
     config = ChunkConfig(**variant.model_dump(exclude={"name"}))
-    key = stable_hash("chunks-v1", dataset.key, config.name)  # only parameters that change the chunks
-    path = Path(spec.store_dir) / "chunks" / f"{key[:32]}.parquet"
+    key, path = chunks_address(spec.store_dir, dataset.key, config)
 
     def build(tmp: str) -> None:
         corpus = load_saved_dataset(dataset.path).corpus
@@ -211,3 +220,9 @@ def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False,
     made = build_once(spec.store_dir, path, build, parse=parquet_readable, force=force)
     count = pl.scan_parquet(path).select(pl.len()).collect().item()
     return ChunksRef(path=str(path), key=key, computed=made.computed, seconds=made.seconds, chunks=count)
+
+
+def chunks_address(store_dir, dataset_key: str, config: ChunkConfig) -> tuple[str, Path]:
+    """(key, file) of a dataset's chunks under `config`: only parameters that change the chunks count."""
+    key = stable_hash("chunks-v1", dataset_key, config.name)
+    return key, Path(store_dir) / "chunks" / f"{key[:32]}.parquet"

@@ -4,6 +4,7 @@ its verdict must name the setting a constructed case makes the right answer.
 
 Set RETBENCH_SCREENSHOTS=<folder> to keep the full-page screenshots for a look.
 """
+import base64
 import json
 import os
 import shutil
@@ -261,3 +262,40 @@ def test_constructed_report_with_hostile_wide_text_does_not_scroll(tmp_path, bro
     facts = read(browser, html_path, "constructed-wide", tmp_path)
     assert facts["scrollWidth"] <= facts["viewport"]
     assert "<img src=x" not in html_path.read_text()
+
+
+HINDI_CARDS = r"""JSON.stringify([...document.querySelectorAll('.failure')]
+  .filter(card => /[\u0900-\u097F]/.test(card.querySelector('.q').textContent))
+  .map(card => { const r = card.getBoundingClientRect();
+                 return {x: r.x, y: r.y + window.scrollY, width: r.width, height: r.height,
+                         text: card.querySelector('.q').textContent}; }))"""
+
+
+@needs_chromium
+def test_hindi_failure_cards_are_drawn_with_the_embedded_devanagari_font(sample_out, browser, tmp_path):
+    """The machine has no Devanagari font of its own: without the page's embedded one, Chromium
+    draws the Hindi queries as empty boxes. It must name that font as the one the text used."""
+    page = browser.open((sample_out / "report.html").as_uri(), width=VIEWPORT)
+    page.evaluate("document.fonts.ready.then(() => true)", await_promise=True)
+    send = lambda method, params=None: browser.send(method, params or {}, page.session)  # noqa: E731
+    send("DOM.enable")
+    send("CSS.enable")
+    cards = json.loads(page.evaluate(HINDI_CARDS))
+    assert cards, "the sample's failure log shows no Hindi query"
+    root = send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    queries = send("DOM.querySelectorAll", {"nodeId": root, "selector": ".failure .q"})["nodeIds"]
+    hindi = [node for node in queries if any(0x0900 <= ord(c) <= 0x097F for c in
+                                             send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"])]
+    assert len(hindi) == len(cards)
+    for node in hindi:
+        fonts = {f["familyName"]: f for f in send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]}
+        devanagari = fonts.get("Noto Sans Devanagari")
+        assert devanagari is not None and devanagari["isCustomFont"] and devanagari["glyphCount"] > 0, fonts
+    keep = os.environ.get("RETBENCH_SCREENSHOTS")
+    folder = Path(keep) if keep else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, card in enumerate(cards):
+        clip = {key: card[key] for key in ("x", "y", "width", "height")} | {"scale": 1}
+        data = send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})["data"]
+        (folder / f"hindi-failure-card-{i}.png").write_bytes(base64.b64decode(data))
+    assert (folder / "hindi-failure-card-0.png").stat().st_size > 1000

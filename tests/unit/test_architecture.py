@@ -218,7 +218,8 @@ def loaded_by(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["eval", "--help"], ["run", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["eval", "--help"], ["run", "--help"], ["check", "--help"],
+                                  ["init", "--help"]])
 def test_the_command_line_help_loads_no_engine(argv):
     code = f"from flows.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
     loaded = loaded_by(code)

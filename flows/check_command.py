@@ -1,0 +1,34 @@
+"""`retbench check SPEC`: the run's pre-flight without the run: exit 0 with one paragraph of what
+a run would do and how much of it is cached, or exit 2 with one `retbench: ...` line. No Prefect,
+no model: the caches are judged by content keys alone (tasks/stages/preflight.py)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "check", help="check a spec and its data like a run would, and say what a run would compute (no Prefect, no model)",
+        description=__doc__)
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
+    parser.add_argument("--store-dir", help="override the spec's store_dir (the cache root): a folder or an s3://... URI")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    import textwrap
+
+    from tasks.config.spec import load_spec
+    from tasks.stages.preflight import plan_run, preflight
+    from tasks.store.remote import is_remote
+
+    store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
+    spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
+                     store_dir=store_dir)
+    dataset, key = preflight(spec)
+    print(textwrap.fill(plan_run(spec, dataset, key).summary(), width=100, break_on_hyphens=False))
+    return 0

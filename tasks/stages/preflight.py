@@ -1,0 +1,202 @@
+"""The pre-flight: what `retbench run` and `retbench check` refuse before Prefect starts or a model
+loads (spec, files, ids, grades, filters, secrets), and what a run would do with what the store holds."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+
+from tasks.config.spec import BenchmarkSpec, SpecError
+from tasks.datasets.model import Dataset
+
+
+def preflight(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
+    """Raise the first problem a run would meet before embedding anything: check_inputs' files,
+    folders, filters and secrets, then every id and grade of the dataset. Returns the validated
+    dataset and its content key when the store already holds it (None: parsed now)."""
+    from tasks.stages.prepare import check_inputs
+
+    check_inputs(spec)
+    return validated_dataset(spec)
+
+
+def validated_dataset(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
+    """The spec's dataset, validated: read from the store when a run parsed these very source files
+    before (their hashes name a pointer there, so nothing is parsed again), else parsed now, in
+    memory (the run's load-dataset stage stores it, and logs what it notes: silent here)."""
+    from tasks.stages.dataset import load_saved_dataset, load_spec_dataset
+    from tasks.stages.prepare import source_pointer
+    from tasks.store.remote import is_remote
+
+    if not is_remote(spec.store_dir):
+        pointer = source_pointer(spec)
+        if pointer.is_file():
+            import json
+
+            try:
+                facts = json.loads(pointer.read_text(encoding="utf-8"))
+                return load_saved_dataset(Path(spec.store_dir) / facts["folder"]), facts["key"]
+            except Exception:  # noqa: BLE001  a damaged store entry is the run's to heal: parse the files instead
+                pass
+    with quiet_dataset_warnings():
+        return load_spec_dataset(spec.dataset), None
+
+
+@contextlib.contextmanager
+def quiet_dataset_warnings() -> Iterator[None]:
+    """Without the dataset loader's warnings (unjudged queries): the run's load-dataset stage
+    says them in the run's log, where they belong, rather than twice."""
+    logger = logging.getLogger("retbench.dataset")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
+# ---------------------------------------------------------------- what a run would do
+
+
+@dataclass(frozen=True)
+class ProviderWork:
+    """One provider's embedding: `texts` its sets hold, `missing` the distinct ones not in its cache."""
+
+    provider: str
+    texts: int
+    missing: int
+    note: str = ""  # why nothing could be counted (a fine-tuned model not trained yet)
+
+
+@dataclass(frozen=True)
+class IndexWork:
+    setting: str  # provider, or provider@chunking
+    kind: str
+    file: str
+    built: bool
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    spec: BenchmarkSpec
+    dataset: Dataset
+    dataset_stored: bool
+    chunks: dict[str, int]  # chunking name -> chunks
+    providers: list[ProviderWork]
+    indexes: list[IndexWork]
+    inspected: bool  # False: an object store, whose caches are not looked into
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One paragraph: the dataset, then per provider the texts to embed, the indexes to build, the rest."""
+        spec, d = self.spec, self.dataset
+        splits = d.queries.group_by("split").len().sort("split")
+        per_split = ", ".join(f"{s} {n}" for s, n in splits.iter_rows())
+        parts = [f"Spec {spec.name} is valid. Dataset {d.name} ({spec.dataset.format}, split {spec.dataset.split}): "
+                 f"{d.corpus.height} documents, {d.queries.height} judged queries ({per_split}), "
+                 f"{d.qrels.height} judgments" + (f", {len(d.unjudged_queries)} unjudged queries dropped"
+                                                  if d.unjudged_queries else "")
+                 + ("; already in the store." if self.dataset_stored else "; parsed now, stored by the run.")]
+        parts.append("Chunks: " + ", ".join(f"{n} ({name})" for name, n in self.chunks.items()) + ".")
+        if self.inspected:
+            embeds = ", ".join(f"{p.provider} {p.note}" if p.note else f"{p.provider} {p.missing} of {p.texts}"
+                               for p in self.providers)
+            parts.append(f"Texts to embed (not in the cache, of those the run embeds): {embeds}.")
+            todo = [i for i in self.indexes if not i.built]
+            kinds = ", ".join(sorted({i.kind for i in todo})) or "none"
+            parts.append(f"Indexes to build: {len(todo)} of {len(self.indexes)} ({kinds}).")
+        else:
+            parts.append(f"The store {spec.store_dir} is an object store: its caches were not inspected; "
+                         f"{sum(p.texts for p in self.providers)} texts over {len(self.providers)} provider(s) and "
+                         f"{len(self.indexes)} indexes at most.")
+        rest = [f"BM25 {', '.join(e.name for e in spec.lexical)}" if spec.lexical else "",
+                f"{len(spec.systems)} system(s) ({', '.join(s.name for s in spec.systems)})" if spec.systems else "",
+                f"{len(spec.rerankers)} reranker(s)" if spec.rerankers else ""]
+        rest = [r for r in rest if r]
+        parts.append(("Then " + ", ".join(rest) + ", scoring" if rest else "Then scoring")
+                     + f" and the report into {spec.output_dir} (store {spec.store_dir}).")
+        parts += self.notes
+        return " ".join(parts)
+
+
+def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> RunPlan:
+    """What a full run of `spec` would embed and build, against what the store holds, computed
+    from content keys alone: chunks, provider fingerprints and cache keys; no model is loaded
+    (a provider's fingerprint names its model files, it does not read them into memory)."""
+    from tasks.store.remote import is_remote
+
+    inspected = not is_remote(spec.store_dir)
+    store = Path(spec.store_dir)
+    chunk_tables = {variant.name: _chunks(spec, dataset, dataset_key, variant, inspected)
+                    for variant in spec.chunking_variants}
+    query_texts = _query_texts(spec, dataset)
+    providers, indexes = [], []
+    for i, provider_spec in enumerate(spec.providers):
+        work, built = _provider_work(spec, i, provider_spec, chunk_tables, query_texts, store, inspected)
+        providers.append(work)
+        indexes += built
+    return RunPlan(spec, dataset, dataset_key is not None, {n: t.height for n, t in chunk_tables.items()},
+                   providers, indexes, inspected)
+
+
+def _chunks(spec, dataset: Dataset, dataset_key: str | None, variant, inspected: bool) -> pl.DataFrame:
+    """The chunks the run embeds: the stored file when the store has it, else cut now (in memory)."""
+    from tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from tasks.stages.prepare import chunks_address
+
+    config = ChunkConfig(**variant.model_dump(exclude={"name"}))
+    if dataset_key is not None and inspected:
+        path = chunks_address(spec.store_dir, dataset_key, config)[1]
+        with contextlib.suppress(Exception):  # damaged: the run rebuilds it; cut it here
+            return pl.read_parquet(path, columns=["chunk_id", "text"])
+    return chunk_corpus(dataset.corpus, config).select("chunk_id", "text")
+
+
+def _query_texts(spec, dataset: Dataset) -> dict[str, tuple[list[str], list[str]]]:
+    """Query variant name -> (ids, texts) as the run embeds them (the raw queries first)."""
+    from tasks.config.variants import RAW_QUERIES
+    from tasks.stages.variants import preprocess
+
+    ids, texts = dataset.queries["query_id"].to_list(), dataset.queries["text"].to_list()
+    out = {RAW_QUERIES: (ids, texts)}
+    for variant in spec.queries.variants:
+        out[variant.name] = (ids, preprocess(texts, variant))
+    return out
+
+
+def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataFrame],
+                   query_texts: dict, store: Path, inspected: bool) -> tuple[ProviderWork, list[IndexWork]]:
+    from tasks.providers import create_provider
+    from tasks.stages.embed import cache_dir_for, cache_key, cached_keys, embedding_set_key
+    from tasks.stages.index import plan_indexes
+
+    total = sum(t.height for t in chunk_tables.values()) + sum(len(ids) for ids, _ in query_texts.values())
+    plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, table.height, spec.indexes.other_kinds())
+             for name, table in chunk_tables.items()}
+    labels = {name: provider_spec.name if n == 0 else f"{provider_spec.name}@{name}"
+              for n, name in enumerate(chunk_tables)}
+    if provider_spec.kind == "finetuned":
+        # Its fingerprint is the trained model's, which does not exist before the fine-tune stage.
+        unbuilt = [IndexWork(labels[name], s.kind, s.file_name, False) for name, plan in plans.items() for s in plan.settings]
+        return ProviderWork(provider_spec.name, total, total, note="trained first, then embedded"), unbuilt
+    try:
+        provider = create_provider(provider_spec.kind, provider_spec.options, provider_spec.dimensions)
+        directory, _, fp_hash = cache_dir_for(store, provider)
+    except Exception as error:  # noqa: BLE001  said as the spec key it comes from, in one line
+        raise SpecError(f"providers[{i}] ({provider_spec.name!r}, kind {provider_spec.kind}): "
+                        f"{type(error).__name__}: {error}") from error
+    cached = cached_keys(directory) if inspected and directory.is_dir() else set()
+    missing: set[str] = set()
+    indexes = []
+    for name, table in chunk_tables.items():
+        keys = [cache_key(fp_hash, "document", text) for text in table["text"].to_list()]
+        missing.update(k for k in keys if k not in cached)
+        folder = store / "indexes" / embedding_set_key(fp_hash, "document", keys, table["chunk_id"].to_list())[:32]
+        indexes += [IndexWork(labels[name], s.kind, s.file_name, inspected and (folder / s.file_name).is_file())
+                    for s in plans[name].settings]
+    for _, texts in query_texts.values():
+        missing.update(k for k in (cache_key(fp_hash, "query", t) for t in texts) if k not in cached)
+    return ProviderWork(provider_spec.name, total, len(missing)), indexes

@@ -135,7 +135,7 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     from tasks.store.files import write_text
 
     output_dir = Path(spec.output_dir)
-    measure = spec.report.primary_measure
+    measure = spec.primary_measure  # resolved: nDCG at the cutoff nearest 10 when not set
     per_query = pl.read_parquet(tables["per_query"])
     baseline, steps = interventions(spec, unfiltered is not None and unfiltered.height > 0)
     present = set(per_query["setting"])

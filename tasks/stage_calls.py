@@ -166,23 +166,26 @@ def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str
     return finetune_tables(models, bases, per_query_path, dataset.path, spec.statistics, Path(spec.output_dir))
 
 
-def latency_stage(provider: ProviderSpec, chunks_path: str, spec: BenchmarkSpec, remeasure: bool,
+def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: BenchmarkSpec, remeasure: bool,
                   make_provider: Callable = default_provider) -> str:
     from tasks.providers.fingerprint import full_fingerprint
     from tasks.stages.embed import fingerprint_hash
-    from tasks.stages.latency import profile_latency
+    from tasks.stages.latency import profile_latency, profile_query_latency
     from tasks.stages.measurements import latency_table
     from tasks.store.files import stable_hash, write_parquet
 
     texts = pl.read_parquet(chunks_path, columns=["text"])["text"].to_list()
+    queries = pl.read_parquet(dataset.queries_path, columns=["text"])["text"].to_list()
     model = make_provider(provider)
 
     def measure() -> pl.DataFrame:
-        log.info(f"{provider.name}: latency profile, batch sizes {spec.latency.batch_sizes}")
-        return profile_latency(model, provider.name, texts, spec.latency)
+        log.info(f"{provider.name}: latency profile, batch sizes {spec.latency.batch_sizes}, and one query per call")
+        return pl.concat([profile_latency(model, provider.name, texts, spec.latency),
+                          profile_query_latency(model, provider.name, queries, spec.latency)])
 
     table, measured = latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(model)),
-                                    spec.latency.model_dump(mode="json"), stable_hash(texts[: spec.latency.texts]),
+                                    spec.latency.model_dump(mode="json"),
+                                    stable_hash([texts[: spec.latency.texts], queries, "query-latency-v1"]),
                                     measure, remeasure)
     if not measured:
         log.info(f"{provider.name}: latency profile measured on this machine before; reused (--remeasure to measure again)")

@@ -34,7 +34,8 @@ MAIN_STAGES = (
 
 
 def _latency(run: Produced) -> list:
-    return [run.runner.submit("latency", latency_stage, p, run.chunks.path, run.spec, run.selection.remeasure,
+    return [run.runner.submit("latency", latency_stage, p, run.chunks.path, run.dataset, run.spec,
+                              run.selection.remeasure,
                               run.make_provider, label=f"latency-{p.name}")
             for p in run.active]
 

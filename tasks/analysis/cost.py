@@ -99,3 +99,13 @@ def storage_table(entries: Sequence[tuple[str, int, int, Sequence[str | Path]]])
     """`storage` table from (provider, vectors, dim, index files) per provider."""
     rows = [row for entry in entries for row in storage_rows(*entry)]
     return pl.DataFrame(rows, schema=STORAGE_SCHEMA)
+
+
+def single_call_latency(latency: pl.DataFrame) -> pl.DataFrame:
+    """Each provider's batch-size-1 latency row: the queries' one (role "query") when measured,
+    else the document profile's (tables written before queries were timed)."""
+    one = latency.filter((pl.col("batch_size") == 1) & (pl.col("concurrency") == 1) if "concurrency" in latency.columns
+                         else pl.col("batch_size") == 1)
+    if "role" not in one.columns:
+        return one
+    return one.sort(pl.col("role") != "query", maintain_order=True).unique("provider", keep="first", maintain_order=True)

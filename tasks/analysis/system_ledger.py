@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import polars as pl
 
+from tasks.analysis.cost import single_call_latency
 from tasks.analysis.rerank_cost import rerank_cost_row, rerank_cost_table
 
 SYSTEMS_SCHEMA = {
@@ -52,7 +53,7 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
     """`systems` (one row per system) and, when a reranker ran, `rerank_cost`."""
     embed_ms = {}
     if latency is not None and latency.height:
-        single = latency.filter((pl.col("batch_size") == 1) & (pl.col("concurrency") == 1))
+        single = single_call_latency(latency)
         embed_ms = {row["provider"]: (row["p50_ms"], row["p95_ms"]) for row in single.iter_rows(named=True)}
     query_usd = {}
     if cost is not None and cost.height and "usd_per_1000_queries" in cost.columns:

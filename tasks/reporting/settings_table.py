@@ -8,6 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
+from tasks.analysis.cost import single_call_latency
+
 SETTING = ["provider", "index", "nprobe"]
 _NLIST = re.compile(r"nlist-(\d+)")
 # A latency whose noise was not measured (BM25's batched mean, tables written before the bands
@@ -104,8 +106,7 @@ def _embed_latency(table: pl.DataFrame, latency: pl.DataFrame | None) -> pl.Data
                "embed_p95_high": pl.Float64, "embed_noise_measured": pl.Boolean}
     if latency is None or latency.is_empty():
         return table.with_columns(pl.lit(None, t).alias(c) for c, t in columns.items())
-    one = latency.filter((pl.col("batch_size") == 1) & (pl.col("concurrency") == 1) if "concurrency" in latency.columns
-                         else pl.col("batch_size") == 1)
+    one = single_call_latency(latency)
     rows = []
     for row in one.unique("provider", keep="first", maintain_order=True).iter_rows(named=True):
         low, high = row.get("p95_ms_low"), row.get("p95_ms_high")

@@ -16,7 +16,10 @@ from tasks.config.measurement import LatencySpec
 from tasks.providers import Provider
 
 LATENCY_COLUMNS = ["provider", "kind", "batch_size", "concurrency", "iterations", "calls",
-                   "texts_per_second", "p50_ms", "p95_ms", "p99_ms", "p95_ms_low", "p95_ms_high"]
+                   "texts_per_second", "p50_ms", "p95_ms", "p99_ms", "p95_ms_low", "p95_ms_high", "role"]
+# One query at a time, the way a search service embeds it: enough calls for a p95 with a noise band
+# (with 59 calls the largest sample bounds the p95 from above at 95%).
+QUERY_CALLS = 60
 
 
 def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None) -> pl.DataFrame:
@@ -41,14 +44,35 @@ def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str]
                 "concurrency": concurrency, "iterations": spec.iterations, "calls": calls,
                 "texts_per_second": batch_size * calls / wall if wall > 0 else float("inf"),
                 "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99),
-                "p95_ms_low": p95_low, "p95_ms_high": p95_high,
+                "p95_ms_low": p95_low, "p95_ms_high": p95_high, "role": spec.role,
             })
     return pl.DataFrame(rows, schema={
         "provider": pl.String, "kind": pl.String, "batch_size": pl.Int64, "concurrency": pl.Int64,
         "iterations": pl.Int64, "calls": pl.Int64, "texts_per_second": pl.Float64,
         "p50_ms": pl.Float64, "p95_ms": pl.Float64, "p99_ms": pl.Float64,
-        "p95_ms_low": pl.Float64, "p95_ms_high": pl.Float64,
+        "p95_ms_low": pl.Float64, "p95_ms_high": pl.Float64, "role": pl.String,
     })
+
+
+def profile_query_latency(provider: Provider, provider_name: str, queries: Sequence[str],
+                          spec: LatencySpec | None = None) -> pl.DataFrame:
+    """One `latency` row: the run's own queries embedded one per call (role "query"), what the
+    verdict's query latency adds to search. The document profile above measures throughput on
+    corpus chunks, which for a model slow on long texts says little about a query's latency."""
+    spec = spec or LatencySpec()
+    pool = [q for q in queries if q] or ["empty"]
+    batches = [[pool[i % len(pool)]] for i in range(QUERY_CALLS)]
+    latencies, wall = provider.timed_calls(batches, "query", 1, warmup=spec.warmup)
+    ms = np.asarray(latencies) * 1000.0
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+    low, high = quantile_band(ms, 0.95)
+    return pl.DataFrame([{
+        "provider": provider_name, "kind": provider.kind, "batch_size": 1, "concurrency": 1, "iterations": QUERY_CALLS,
+        "calls": QUERY_CALLS, "texts_per_second": QUERY_CALLS / wall if wall > 0 else float("inf"),
+        "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p95_ms_low": low, "p95_ms_high": high,
+        "role": "query"}], schema=dict(zip(LATENCY_COLUMNS, (
+            pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Float64, pl.Float64, pl.Float64, pl.Float64,
+            pl.Float64, pl.Float64, pl.String))))
 
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.analysis.cost import PricingSpec, cost_row, cost_table, storage_table, weakest_source
 from tasks.stages.embed import embed_texts
-from tasks.stages.latency import LATENCY_COLUMNS, LatencySpec, profile_latency
+from tasks.stages.latency import LATENCY_COLUMNS, QUERY_CALLS, LatencySpec, profile_latency, profile_query_latency
 from tasks.providers import create_provider
 from support.faulty_server import FaultyServer
 
@@ -24,6 +24,15 @@ def test_latency_table_for_a_local_provider():
     assert table.select("batch_size", "concurrency", "calls").rows() == [(1, 1, 3), (10, 1, 3)]
     assert (table["texts_per_second"] > 0).all()
     assert (table["p50_ms"] <= table["p95_ms"]).all() and (table["p95_ms"] <= table["p99_ms"]).all()
+
+
+def test_query_latency_is_one_query_per_call_with_a_noise_band():
+    queries = [f"query {i}" for i in range(7)]
+    row = profile_query_latency(create_provider("hashing", {"dim": 64}), "hash", queries).row(0, named=True)
+    assert (row["role"], row["batch_size"], row["calls"]) == ("query", 1, QUERY_CALLS)
+    # 60 calls bound the p95 at both ends: the band holds it and lies within the calls' range.
+    assert row["p95_ms_low"] <= row["p95_ms"] <= row["p95_ms_high"]
+    assert row["p50_ms"] <= row["p95_ms"]
 
 
 def test_concurrency_sweep_against_a_slow_server():

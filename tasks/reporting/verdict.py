@@ -204,15 +204,17 @@ def tuned_on_dev(output_dir: Path) -> list[str]:
     recommendation = Path(output_dir) / "ann_recommendation.json"
     if recommendation.exists():
         chosen = json.loads(recommendation.read_text(encoding="utf-8")).get("recommendations") or {}
+        picks = []
         for provider, pick in chosen.items():
             if not pick or pick.get("chosen_on") != "dev":
                 continue
             budget = f"{100 * pick['loss_budget']:g}%"
-            held = {True: f"within the {budget} budget on test too", False: f"outside the {budget} budget on test",
-                    None: "not checked on test"}[pick.get("test_within_budget")]
             loss = pick.get("test_relative_loss")
-            out.append(f"the ANN recommendation for {provider} ({pick['index_kind']}; "
-                       + ("" if loss is None else f"{round(100 * loss, 2) + 0.0:.2f}% {pick['measure']} loss on test, ") + held + ")")
+            on_test = "" if loss is None else f"{round(100 * loss, 2) + 0.0:.2f}% {pick['measure']} loss on test, "
+            held = {True: "within budget", False: f"outside the {budget} budget", None: "not checked on test"}
+            picks.append(f"{provider}: {pick['index_kind']}, {on_test}{held[pick.get('test_within_budget')]}")
+        if picks:
+            out.append("the ANN recommendations (" + "; ".join(picks) + ")")
     return out
 
 

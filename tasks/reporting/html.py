@@ -239,15 +239,17 @@ def regressions_section(regressions: pl.DataFrame | None) -> Section:
         _p(section, f"{too_few.height} setting x measure pair(s) were not tested: {too_few['status'][0]} "
                     f"(history.min_queries); such a pair is never flagged.")
     if tested.height:
+        alpha = tested["alpha"][0]
         method = (f"Holm's correction over the {tested['tests'][0]} tests of this run (two-sided paired sign-flip test, "
-                  f"{tested['permutations'][0]} sign flips), alpha {tested['alpha'][0]:.3g}")
+                  f"{tested['permutations'][0]} sign flips)")
     if flagged.is_empty():
         if tested.height:
             _p(section, f"No regression against the {against}: no setting got significantly worse on "
-                        f"{', '.join(sorted(set(tested['measure'])))} ({method}).")
+                        f"{', '.join(sorted(set(tested['measure'])))} (alpha {alpha:.3g} after {method}).")
         return section
-    _p(section, f"{flagged.height} regression(s) against the {against}, worst first: the p value adjusted by {method}, "
-                f"is below alpha and the {1 - tested['alpha'][0]:.0%} interval of the paired difference (current - reference) lies wholly below zero.")
+    _p(section, f"{flagged.height} regression(s) against the {against}, worst first: each has a p value below {alpha:.3g} "
+                f"after {method} and a {1 - alpha:.0%} interval of the paired difference (current - reference) wholly "
+                f"below zero.")
     _table(section, flagged.select(
         "against", "setting", "params", "measure", "reference", "current", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "n"))
     return section

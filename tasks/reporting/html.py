@@ -240,8 +240,9 @@ def regressions_section(regressions: pl.DataFrame | None) -> Section:
                     f"(history.min_queries); such a pair is never flagged.")
     if tested.height:
         alpha = tested["alpha"][0]
-        method = (f"Holm's correction over the {tested['tests'][0]} tests of this run (two-sided paired sign-flip test, "
-                  f"{tested['permutations'][0]} sign flips)")
+        flips = sorted(set(tested["permutations"]))
+        flips = f"{flips[0]} sign flips" + (f", {flips[-1]} where p <= {alpha:.3g}" if len(flips) > 1 else "")
+        method = f"Holm's correction over the {tested['tests'][0]} tests of this run (two-sided paired sign-flip test, {flips})"
     if flagged.is_empty():
         if tested.height:
             _p(section, f"No regression against the {against}: no setting got significantly worse on "

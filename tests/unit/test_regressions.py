@@ -120,6 +120,12 @@ def test_a_large_drop_over_enough_queries_survives_holm_over_every_test():
     assert flagged["p_value"].to_list() == pytest.approx([1 / (permutations + 1)] * 2)
     assert flagged["p_adjusted"].to_list() == pytest.approx([30 / (permutations + 1)] * 2)
     assert flagged["diff"].to_list() == pytest.approx([-0.3, -0.3])
+    # With only 1000 flips the floor 30 / 1001 would be 0.03: the flagged setting alone is tested again with
+    # 10 x 30 / 0.05 - 1 = 5999 flips (floor 30 / 6000 = 0.005); the settings with p = 1 keep 1000.
+    coarse = history.compare_runs(current, [("previous", "run-0", reference)], ["ndcg@10", "mrr"], permutations=1000)
+    assert dict(coarse.group_by("setting_key").agg(pl.col("permutations").max()).rows())["s7"] == 5999
+    assert set(coarse.filter(pl.col("setting_key") != "s7")["permutations"]) == {1000}
+    assert coarse.filter(pl.col("regression"))["p_adjusted"].to_list() == pytest.approx([30 / 6000] * 2)
 
 
 def test_a_borderline_p_among_many_settings_does_not_survive_holm():

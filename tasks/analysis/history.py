@@ -39,7 +39,9 @@ TESTED = "tested"
 CORRECTION = "holm"
 # Sign flips enough that the smallest attainable p (1 / (permutations + 1)) times the number of
 # tests stays a tenth of alpha: with too few, Holm could never reject however large the drop.
-# Only a setting with some p <= alpha after the spec's permutations is tested again with that many.
+# Every setting is first screened with _SCREEN flips; one with some p <= 2 x alpha is tested again
+# with the spec's permutations, or more where that floor is too coarse.
+_SCREEN = 1000
 _FLOOR_SHARE = 10
 REGRESSION_SCHEMA = {
     "against": pl.String, "reference_run_id": pl.String,
@@ -223,7 +225,8 @@ def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.Data
     regression. The others are one family of `tests`: `p_adjusted` is Holm's over all of them
     (every reference, setting and measure), and `regression` is p_adjusted < alpha with the
     whole `level` interval of (current - reference) below zero. `permutations`: the sign flips
-    behind each p (more where a p <= alpha needs a floor below alpha / tests, permutations_for).
+    behind each p: 1000 for a screened p above 2 x alpha, else `permutations` or more where the
+    floor must be below alpha / tests (permutations_for).
     """
     if min_queries < 1:
         raise ValueError(f"min_queries must be >= 1 (got {min_queries})")
@@ -239,11 +242,13 @@ def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.Data
             rows += [{**head, "measure": m, "n": n, **means[m], "status": f"too few paired queries (n < {min_queries})"}
                      for m in shared]
             continue
-        used = permutations
+        used = min(permutations, _SCREEN)
         compared = _paired(cur, ref, names["setting_key"], resamples, used, seed, level)
-        # Only a p that Holm could reject needs the finer floor; the sign flips of the first pass
-        # are the first ones of the second (same seeded stream), so this refines the same estimate.
-        if finer > used and (compared["p_value"] <= alpha).any():
+        # Only a p that Holm could reject needs every sign flip: a p above 2 x alpha after the
+        # screen cannot be (its adjusted p is larger still; a true p below alpha reads above
+        # 2 x alpha in 1000 flips less than once in 10^8). The flips of the screen are the first ones
+        # of the full test (same seeded stream), so the full test refines the same estimate.
+        if finer > used and (compared["p_value"] <= 2 * alpha).any():
             used = finer
             compared = _paired(cur, ref, names["setting_key"], resamples, used, seed, level)
         rows += [{**head, "measure": r["measure"], "n": r["n"], "reference": r["mean_b"], "current": r["mean_a"],

@@ -39,10 +39,10 @@ TESTED = "tested"
 CORRECTION = "holm"
 # Sign flips enough that the smallest attainable p (1 / (permutations + 1)) times the number of
 # tests stays a tenth of alpha: with too few, Holm could never reject however large the drop.
-# Every setting is first screened with _SCREEN flips; one with some p <= 2 x alpha is tested again
-# with the spec's permutations, or more where that floor is too coarse.
-_SCREEN = 1000
 _FLOOR_SHARE = 10
+# Every setting is first tested with this many flips; only those Holm's step-down could still
+# reject are tested again with the full count (compare_runs).
+_SCREEN = 1000
 REGRESSION_SCHEMA = {
     "against": pl.String, "reference_run_id": pl.String,
     "setting_key": pl.String, "setting": pl.String, "params": pl.String,
@@ -225,37 +225,61 @@ def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.Data
     regression. The others are one family of `tests`: `p_adjusted` is Holm's over all of them
     (every reference, setting and measure), and `regression` is p_adjusted < alpha with the
     whole `level` interval of (current - reference) below zero. `permutations`: the sign flips
-    behind each p: 1000 for a screened p above 2 x alpha, else `permutations` or more where the
-    floor must be below alpha / tests (permutations_for).
+    behind each p; 1000 for a setting Holm could not reject anyway, else `permutations` or more
+    where that floor is too coarse for the number of tests (permutations_for).
     """
     if min_queries < 1:
         raise ValueError(f"min_queries must be >= 1 (got {min_queries})")
     pairs = [(against, run_id, *pair) for against, run_id, reference in references
              for pair in _paired_settings(current, reference, measures)]
-    tests = sum(len(shared) for *_, n, shared in pairs if n >= min_queries)
-    finer = permutations_for(tests, alpha, permutations)
+    tested = [pair for pair in pairs if pair[-2] >= min_queries]
+    tests = sum(len(shared) for *_, shared in tested)
+    full, screen = permutations_for(tests, alpha, permutations), min(permutations, _SCREEN)
+
+    def run(i: int, flips: int) -> tuple[pl.DataFrame, int]:
+        _, _, names, cur, ref, _, _ = tested[i]
+        return _paired(cur, ref, names["setting_key"], resamples, flips, seed, level), flips
+
+    results = [run(i, screen) for i in range(len(tested))]
+    if full > screen:
+        while (i := _to_refine(results, full, tests, alpha)) is not None:
+            results[i] = run(i, full)
     rows = []
     for against, run_id, names, cur, ref, n, shared in pairs:
-        head = {"against": against, "reference_run_id": run_id, **names}
         if n < min_queries:
             means = _means(cur, ref, shared)
-            rows += [{**head, "measure": m, "n": n, **means[m], "status": f"too few paired queries (n < {min_queries})"}
-                     for m in shared]
-            continue
-        used = min(permutations, _SCREEN)
-        compared = _paired(cur, ref, names["setting_key"], resamples, used, seed, level)
-        # Only a p that Holm could reject needs every sign flip: a p above 2 x alpha after the
-        # screen cannot be (its adjusted p is larger still; a true p below alpha reads above
-        # 2 x alpha in 1000 flips less than once in 10^8). The flips of the screen are the first ones
-        # of the full test (same seeded stream), so the full test refines the same estimate.
-        if finer > used and (compared["p_value"] <= 2 * alpha).any():
-            used = finer
-            compared = _paired(cur, ref, names["setting_key"], resamples, used, seed, level)
-        rows += [{**head, "measure": r["measure"], "n": r["n"], "reference": r["mean_b"], "current": r["mean_a"],
-                  "diff": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "p_value": r["p_value"],
-                  "permutations": used, "status": TESTED} for r in compared.iter_rows(named=True)]
+            rows += [{"against": against, "reference_run_id": run_id, **names, "measure": m, "n": n, **means[m],
+                      "status": f"too few paired queries (n < {min_queries})"} for m in shared]
+    for (against, run_id, names, *_), (compared, flips) in zip(tested, results):
+        rows += [{"against": against, "reference_run_id": run_id, **names, "measure": r["measure"], "n": r["n"],
+                  "reference": r["mean_b"], "current": r["mean_a"], "diff": r["diff"], "ci_low": r["ci_low"],
+                  "ci_high": r["ci_high"], "p_value": r["p_value"], "permutations": flips, "status": TESTED}
+                 for r in compared.iter_rows(named=True)]
     table = pl.DataFrame([{c: row.get(c) for c in REGRESSION_SCHEMA} for row in rows], schema=REGRESSION_SCHEMA)
-    return _corrected(table, alpha, tests)
+    return _corrected(table, alpha, tests, full)
+
+
+def _to_refine(results: list[tuple[pl.DataFrame, int]], full: int, tests: int, alpha: float) -> int | None:
+    """The setting to test again with `full` flips, or None when Holm's outcome no longer depends
+    on a screened p. Walks Holm's step-down over the p values, taking a screened p at its
+    optimistic bound (3 standard errors below the estimate): at the first test that fails its
+    threshold Holm stops, and every test before it must have a full-count p."""
+    bounds = []
+    for i, (compared, flips) in enumerate(results):
+        for p in compared["p_value"].to_list():
+            bounds.append((p if flips == full else _optimistic(p, flips), i))
+    for rank, (bound, i) in enumerate(sorted(bounds)):
+        if bound >= alpha / (tests - rank):
+            return None
+        if results[i][1] != full:
+            return i
+    return None
+
+
+def _optimistic(p: float, flips: int) -> float:
+    """A lower bound of the p a randomization test estimated as `p` from `flips` sign flips."""
+    hits = p * (flips + 1)  # (sign flips as far from 0 as observed) + 1
+    return max(0.0, hits - 3 * math.sqrt(hits)) / (flips + 1)
 
 
 def _paired(cur: pl.DataFrame, ref: pl.DataFrame, key: str, resamples: int, permutations: int, seed: int,
@@ -267,14 +291,16 @@ def _paired(cur: pl.DataFrame, ref: pl.DataFrame, key: str, resamples: int, perm
                              resamples=resamples, permutations=permutations, seed=seed, level=level)
 
 
-def _corrected(table: pl.DataFrame, alpha: float, tests: int) -> pl.DataFrame:
+def _corrected(table: pl.DataFrame, alpha: float, tests: int, full: int) -> pl.DataFrame:
     tested = (table["status"] == TESTED).to_numpy()
     adjusted = np.full(table.height, np.nan)
     adjusted[tested] = holm_adjusted(table["p_value"].to_numpy()[tested])
     table = table.with_columns(
         p_adjusted=pl.Series(adjusted, dtype=pl.Float64).fill_nan(None), correction=pl.lit(CORRECTION),
         tests=pl.lit(tests, dtype=pl.Int64), alpha=pl.lit(alpha))
-    significant = (pl.col("status") == TESTED) & (pl.col("p_adjusted") < alpha) & (pl.col("ci_high") < 0)
+    # A screened p is never the ground for a regression (_to_refine retests every one Holm reaches).
+    significant = ((pl.col("status") == TESTED) & (pl.col("p_adjusted") < alpha) & (pl.col("ci_high") < 0)
+                   & (pl.col("permutations") == full))
     return table.with_columns(regression=significant.fill_null(False))
 
 

@@ -241,7 +241,7 @@ def regressions_section(regressions: pl.DataFrame | None) -> Section:
     if tested.height:
         alpha = tested["alpha"][0]
         flips = sorted(set(tested["permutations"]))
-        flips = f"{flips[0]} sign flips" + (f", {flips[-1]} where p <= {2 * alpha:.3g}" if len(flips) > 1 else "")
+        flips = f"{flips[-1]} sign flips" + (f" where the step-down reached, {flips[0]} elsewhere" if len(flips) > 1 else "")
         method = f"Holm's correction over the {tested['tests'][0]} tests of this run (two-sided paired sign-flip test, {flips})"
     if flagged.is_empty():
         if tested.height:

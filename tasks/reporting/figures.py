@@ -317,7 +317,7 @@ def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     for i, (values, names) in enumerate(groups.items()):
         label = " = ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} identical"
         axis.plot(x, list(values), marker="o", color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=safe(label, 80))
-    # A new series (the data changed) starts right of a dashed line: its values are not comparable across it.
+    # A new series (the data changed) starts right of a dotted line: values are not comparable across it.
     if "series" in trend.columns:
         for at in [i for i in range(1, trend.height) if trend["series"][i] != trend["series"][i - 1]]:
             axis.axvline(at - 0.5, color="grey", linestyle=":", linewidth=1)

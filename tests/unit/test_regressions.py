@@ -168,3 +168,20 @@ def test_history_written_before_setting_keys_pairs_with_nothing(tmp_path):
     assert history.per_query_of(tmp_path, "run-0")["setting_key"].null_count() == 30
     found = history.regression_check(tmp_path, "nightly", "run-1", OLD_DATA, _per_query([0.1] * 30), ["ndcg@10"])
     assert found["measure"].to_list() == [None] and not found["regression"].any()
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_screening_with_fewer_flips_flags_what_every_test_at_the_full_count_flags(seed):
+    # 12 settings x 2 measures with noise; one clear drop and two small ones of random size.
+    rng = np.random.default_rng(seed)
+    before = rng.uniform(0.3, 0.9, 40)
+    keys = [f"s{i}" for i in range(12)]
+    drops = {"s1": 0.3, "s2": rng.uniform(0.02, 0.08), "s3": rng.uniform(0.02, 0.08)}
+    reference = [("previous", "r", _settings({k: before for k in keys}))]
+    current = _settings({k: np.clip(before - drops.get(k, 0) + rng.normal(0, 0.1, 40), 0, 1) for k in keys})
+    screened = history.compare_runs(current, reference, ["ndcg@10", "mrr"])
+    assert 1000 in set(screened["permutations"])  # some settings kept the screen's 1000 flips
+    everywhere = history.compare_runs(current, reference, ["ndcg@10", "mrr"], permutations=screened["permutations"].max())
+    assert set(everywhere["permutations"]) == {10000}
+    flags = [sorted(t.filter(pl.col("regression")).select("setting_key", "measure").rows()) for t in (screened, everywhere)]
+    assert flags[0] == flags[1] and ("s1", "ndcg@10") in flags[0]

@@ -217,7 +217,7 @@ def permutations_for(tests: int, alpha: float, at_least: int) -> int:
 
 def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.DataFrame]], measures: list[str],
                  min_queries: int = 20, alpha: float = 0.05, resamples: int = 1000, permutations: int = 10000,
-                 seed: int = 0, level: float = 0.95) -> pl.DataFrame:
+                 seed: int = 0, level: float = 0.95, screen: int = _SCREEN) -> pl.DataFrame:
     """Every setting x measure of `current` against each reference, given as (against, run id,
     per-query table); settings pair by `setting_key`, queries by `query_id`.
 
@@ -225,8 +225,8 @@ def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.Data
     regression. The others are one family of `tests`: `p_adjusted` is Holm's over all of them
     (every reference, setting and measure), and `regression` is p_adjusted < alpha with the
     whole `level` interval of (current - reference) below zero. `permutations`: the sign flips
-    behind each p; 1000 for a setting Holm could not reject anyway, else `permutations` or more
-    where that floor is too coarse for the number of tests (permutations_for).
+    behind each p; `screen` for a setting Holm could not reject anyway, else `permutations` or
+    more where that floor is too coarse for the number of tests (permutations_for).
     """
     if min_queries < 1:
         raise ValueError(f"min_queries must be >= 1 (got {min_queries})")
@@ -234,7 +234,8 @@ def compare_runs(current: pl.DataFrame, references: list[tuple[str, str, pl.Data
              for pair in _paired_settings(current, reference, measures)]
     tested = [pair for pair in pairs if pair[-2] >= min_queries]
     tests = sum(len(shared) for *_, shared in tested)
-    full, screen = permutations_for(tests, alpha, permutations), min(permutations, _SCREEN)
+    full = permutations_for(tests, alpha, permutations)
+    screen = min(screen, full)
 
     def run(i: int, flips: int) -> tuple[pl.DataFrame, int]:
         _, _, names, cur, ref, _, _ = tested[i]

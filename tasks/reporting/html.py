@@ -242,14 +242,14 @@ def regressions_section(regressions: pl.DataFrame | None) -> Section:
         alpha = tested["alpha"][0]
         flips = sorted(set(tested["permutations"]))
         flips = f"{flips[-1]} sign flips" + (f" where the step-down reached, {flips[0]} elsewhere" if len(flips) > 1 else "")
-        method = f"Holm's correction over the {tested['tests'][0]} tests of this run (two-sided paired sign-flip test, {flips})"
+        method = f"Holm's correction over the {tested['tests'][0]} tests of this run, two-sided paired sign-flip test with {flips}"
     if flagged.is_empty():
         if tested.height:
             _p(section, f"No regression against the {against}: no setting got significantly worse on "
-                        f"{', '.join(sorted(set(tested['measure'])))} (alpha {alpha:.3g} after {method}).")
+                        f"{', '.join(sorted(set(tested['measure'])))} (alpha {alpha:.3g}; {method}).")
         return section
     _p(section, f"{flagged.height} regression(s) against the {against}, worst first: each has a p value below {alpha:.3g} "
-                f"after {method} and a {1 - alpha:.0%} interval of the paired difference (current - reference) wholly "
+                f"after {method}, and a {1 - alpha:.0%} interval of the paired difference (current - reference) wholly "
                 f"below zero.")
     _table(section, flagged.select(
         "against", "setting", "params", "measure", "reference", "current", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "n"))

@@ -172,10 +172,14 @@ def _history(args) -> int:
         return 2
     trend = history.trend_table(store, spec.name, args.measure)
     if not args.all_settings:
-        trend = trend.select("finished_at", "run_id", "git_commit", *[c for c in trend.columns if c.endswith("/exact")])
+        trend = trend.select(*history.TREND_KEYS, *[c for c in trend.columns if c.endswith("/exact")])
     print(f"{args.measure} of spec {spec.name!r}, one row per run (oldest first)")
     print(text_table(trend.with_columns(
-        pl.col("finished_at").dt.strftime("%Y-%m-%d %H:%M"), pl.col("run_id").str.slice(0, 8), pl.col("git_commit").str.slice(0, 8))))
+        pl.col("finished_at").dt.strftime("%Y-%m-%d %H:%M"), pl.col("run_id").str.slice(0, 8), pl.col("git_commit").str.slice(0, 8),
+        pl.col("dataset").str.slice(0, 8))))
+    if trend["series"].n_unique() > 1:
+        print(f"the data changed between runs: {trend['series'].n_unique()} series (a new one starts when the dataset "
+              f"content key changes); regressions are computed only within a series")
     return 0
 
 

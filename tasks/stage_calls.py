@@ -291,7 +291,7 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
 def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
                   system_pairs: list | None) -> tuple[dict[str, str], str]:
     from tasks.analysis import ann, breakdown, failures, score, variants
-    from tasks.analysis.setting_columns import labels_table, with_setting_columns
+    from tasks.analysis.setting_columns import keys_table, labels_table, with_setting_columns
     from tasks.config.measures import default_measures
     from tasks.reporting import tables as report
     from tasks.stages.dataset import load_saved_dataset
@@ -341,6 +341,7 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
     # Every per-setting row gets its setting's label and query parameters (tasks/config/setting.py).
     labels = labels_table(run_settings(spec, runs))
     tables = {name: with_setting_columns(table, labels) for name, table in tables.items()}
+    tables["setting_keys"] = keys_table(run_settings(spec, runs))  # pairs settings across runs in the history
     output_dir = Path(spec.output_dir)
     paths = report.write_tables(output_dir, tables)
     write_trec_run(run, output_dir / "runs.trec")
@@ -392,6 +393,8 @@ def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
 
     published = publish(spec, run_id, sections)
     log.info(f"report: {published.html}")
+    for note in published.notes:
+        log.warning(f"history: {note}")
     if published.regressions:
         log.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")
     return published

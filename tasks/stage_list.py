@@ -15,7 +15,7 @@ from tasks.side_stages import ladder
 from tasks.stage_units import MainStage, Produced, SideStage
 
 SCORE_TABLES = ("summary", "per_query", "breakdown", "comparisons", "failures", "ann_vs_exact", "ann_overlap_per_query",
-                "runs", "settings", "variant_comparisons", "filters", "buried_answers")
+                "runs", "settings", "variant_comparisons", "filters", "buried_answers", "setting_keys")
 
 MAIN_STAGES = (
     MainStage("load-dataset", (load_dataset_stage,)),

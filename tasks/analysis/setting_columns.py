@@ -14,6 +14,13 @@ def labels_table(settings: list) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=LABELS_SCHEMA, orient="row")
 
 
+def keys_table(settings: list) -> pl.DataFrame:
+    """One row per Setting: setting, params and `setting_key` (Setting.key: what is computed, not
+    what it is called), so a later run can pair its settings with this one's (tasks/analysis/history.py)."""
+    rows = sorted({(s.label, s.params_json, s.key) for s in settings})
+    return pl.DataFrame(rows, schema={"setting": pl.String, "params": pl.String, "setting_key": pl.String}, orient="row")
+
+
 def with_setting_columns(table: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
     """`table` with `setting` and `params` just before `provider` (`a_setting`, `a_params` before
     `a_provider`, ...), rows and other columns unchanged; a table without those columns as it is."""

@@ -78,3 +78,21 @@ def randomization_p_value(diffs: np.ndarray, permutations: int, rng: np.random.G
         flipped = np.abs(signs @ diffs) / n
         hits += (flipped >= observed - tolerance).sum(axis=0)
     return (hits + 1) / (permutations + 1)
+
+
+def holm_adjusted(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p values, in the input's order: the i-th smallest p is
+    multiplied by (m - i + 1), capped at 1, and made non-decreasing along the sorted order.
+    Rejecting where the adjusted p < alpha keeps the chance of any false rejection among
+    the m tests at most alpha, whatever their dependence."""
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"holm_adjusted takes a 1-D sequence of p values (got shape {p.shape})")
+    if np.any((p < 0) | (p > 1)) or np.any(np.isnan(p)):
+        raise ValueError(f"p values must lie in [0, 1] (got {p.tolist()})")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled) if m else scaled
+    return adjusted

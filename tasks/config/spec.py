@@ -159,6 +159,8 @@ class HistorySpec(_Strict):
     baseline_run: str | None = Field(None, description="a run id to compare every run with, besides the previous run")
     fail_on_regression: bool = False
     measures: list[str] = Field(default_factory=lambda: ["ndcg@10", "recall@10", "mrr"])
+    min_queries: int = Field(20, ge=1, description="paired queries a setting x measure needs before it can be flagged "
+                                                  "as a regression (fewer: reported as too few, never flagged)")
 
 
 class ReportSpec(_Strict):

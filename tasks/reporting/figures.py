@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tasks.analysis.history import TREND_KEYS
 from tasks.store.build import build_once
 from tasks.store.files import file_sha256, stable_hash
 
@@ -361,7 +362,7 @@ def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     series are identical share one line and one legend entry, so no series hides behind another."""
     if trend is None or trend.height < 2:
         return None
-    series = [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
+    series = [c for c in trend.columns if c not in TREND_KEYS]
     groups: dict[tuple, list[str]] = {}
     for column in series:
         key = tuple(None if v is None else round(v, 6) for v in trend[column].to_list())
@@ -372,6 +373,10 @@ def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
     for i, (values, names) in enumerate(groups.items()):
         label = " = ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} identical"
         axis.plot(x, list(values), marker="o", color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=safe(label, 80))
+    # A new series (the data changed) starts right of a dotted line: values are not comparable across it.
+    if "series" in trend.columns:
+        for at in [i for i in range(1, trend.height) if trend["series"][i] != trend["series"][i - 1]]:
+            axis.axvline(at - 0.5, color="grey", linestyle=":", linewidth=1)
     stamps = [f"#{i + 1} " + str(v)[:16].replace("T", " ") for i, v in enumerate(trend["finished_at"].to_list())]
     axis.set_xticks(x, stamps, rotation=20, ha="right", fontsize=8)
     axis.set_xlim(-0.3, len(x) - 0.7)

@@ -18,6 +18,7 @@ import polars as pl
 
 from tasks.analysis.breakdown import paired_comparison
 from tasks.analysis.cheaper import ON_TEST
+from tasks.analysis.history import TREND_KEYS
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
 from tasks.reporting.ladder_section import ladder_paragraph
@@ -266,15 +267,34 @@ def regressions_section(regressions: pl.DataFrame | None) -> Section:
     if regressions is None or regressions.is_empty():
         _p(section, "No earlier run of this spec to compare with.")
         return section
-    flagged = regressions.filter(pl.col("regression")).sort("diff")
-    against = ", ".join(f"{a} run {r}" for a, r in regressions.select("against", "reference_run_id").unique(maintain_order=True).rows())
-    if flagged.is_empty():
-        _p(section, f"No regression against the {against}: no setting got significantly worse on {', '.join(sorted(set(regressions['measure'])))}.")
+    # Rows without a measure are notes: why a run was not compared with (the data changed, ...).
+    for status in regressions.filter(pl.col("measure").is_null())["status"].to_list():
+        _p(section, status[0].upper() + status[1:] + ".")
+    compared = regressions.filter(pl.col("measure").is_not_null())
+    if compared.is_empty():
         return section
-    _p(section, f"{flagged.height} regression(s) against the {against}, worst first: the 95% interval of the paired "
-                f"difference (current - reference) lies wholly below zero.")
-    _table(section, flagged.with_columns(setting=label_expr()).select(
-        "against", "setting", "measure", "reference", "current", "diff", "ci_low", "ci_high", "p_value", "n"))
+    tested = compared.filter(pl.col("status") == "tested")
+    too_few = compared.filter(pl.col("status") != "tested")
+    flagged = tested.filter(pl.col("regression")).sort("diff")
+    against = ", ".join(f"{a} run {r}" for a, r in compared.select("against", "reference_run_id").unique(maintain_order=True).rows())
+    if too_few.height:
+        _p(section, f"{too_few.height} setting x measure pair(s) were not tested: {too_few['status'][0]} "
+                    f"(history.min_queries); such a pair is never flagged.")
+    if tested.height:
+        alpha = tested["alpha"][0]
+        flips = sorted(set(tested["permutations"]))
+        flips = f"{flips[-1]} sign flips" + (f" where the step-down reached, {flips[0]} elsewhere" if len(flips) > 1 else "")
+        method = f"Holm's correction over the {tested['tests'][0]} tests of this run, two-sided paired sign-flip test with {flips}"
+    if flagged.is_empty():
+        if tested.height:
+            _p(section, f"No regression against the {against}: no setting got significantly worse on "
+                        f"{', '.join(sorted(set(tested['measure'])))} (alpha {alpha:.3g}; {method}).")
+        return section
+    _p(section, f"{flagged.height} regression(s) against the {against}, worst first: each has a p value below {alpha:.3g} "
+                f"after {method}, and a {1 - alpha:.0%} interval of the paired difference (current - reference) wholly "
+                f"below zero.")
+    _table(section, flagged.select(
+        "against", "setting", "params", "measure", "reference", "current", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "n"))
     return section
 
 
@@ -502,11 +522,15 @@ def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
             f"values share a line and a legend entry).")
     # Settings down, the last runs across: a table that stays narrow however many settings there are.
     latest = trend.tail(6)
-    series = [c for c in trend.columns if c not in ("finished_at", "run_id", "git_commit")]
+    series = [c for c in trend.columns if c not in TREND_KEYS]
     first = trend.height - latest.height
     heads = [f"#{first + i + 1} {str(t)[:16].replace('T', ' ')}" for i, t in enumerate(latest["finished_at"].to_list())]
     table = pl.DataFrame({"setting": series, **{h: [latest[c][i] for c in series] for i, h in enumerate(heads)}})
     _p(section, f"The last {latest.height} runs (run ids in the history table of the store).")
+    if "series" in trend.columns and trend["series"].n_unique() > 1:
+        starts = trend.with_row_index("at").filter(pl.col("series") != pl.col("series").shift(1).fill_null(-1))
+        _p(section, "The data changed between runs; values compare only within a series: " + "; ".join(
+            f"series {s} from run #{at + 1} on dataset {d}" for at, s, d in starts.select("at", "series", "dataset").rows()) + ".")
     _table(section, table)
     return section
 

@@ -25,6 +25,7 @@ class Published:
     previous_run: str | None
     baseline_run: str | None
     verdict: str = ""  # the verdict paragraph and table, Markdown
+    notes: tuple[str, ...] = ()  # why a run was not compared with (the data changed, no shared setting keys)
 
 
 def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Published:
@@ -36,23 +37,14 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
     summary = pl.read_parquet(output_dir / "summary.parquet")
     store = spec.store_dir
     settings = spec.history
+    per_query, summary = with_setting_keys(output_dir, per_query), with_setting_keys(output_dir, summary)
 
-    checks = []
-    previous = history.previous_run_id(store, spec.name, run_id) if settings.enabled else None
-    if previous:
-        checks.append(history.regressions(per_query, history.per_query_of(store, previous), "previous", previous, settings.measures))
-    baseline = settings.baseline_run
-    if baseline:
-        reference = history.per_query_of(store, baseline)
-        if reference.is_empty():
-            raise ValueError(f"history.baseline_run {baseline!r} is not in the history under {history.history_dir(store)}")
-        checks.append(history.regressions(per_query, reference, "baseline", baseline, settings.measures))
-    checks = [c for c in checks if not c.is_empty()]
-    found = pl.concat(checks) if checks else None
-    if found is not None and "setting" in per_query.columns:
-        from tasks.analysis.setting_columns import with_setting_columns
-
-        found = with_setting_columns(found, per_query.select("setting", "params", "provider", "index", "nprobe").unique())
+    stats = spec.statistics
+    found = history.regression_check(
+        store, spec.name, run_id, manifest["dataset"]["content_hash"], per_query, settings.measures,
+        previous=settings.enabled, baseline=settings.baseline_run, min_queries=settings.min_queries,
+        alpha=1 - stats.confidence, resamples=stats.resamples, permutations=stats.permutations, seed=stats.seed,
+        level=stats.confidence)
     regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
 
     if settings.enabled:
@@ -70,11 +62,22 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
     return Published(
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,
-        previous_run=previous, baseline_run=baseline,
+        previous_run=history.compared_with(found, "previous"), baseline_run=history.compared_with(found, "baseline"),
+        notes=() if found is None else tuple(found.filter(pl.col("measure").is_null())["status"].to_list()),
         verdict="\n\n".join(" ".join(md_prose(s) for s in paragraph) for paragraph in
                               (verdict_sentences(verdict), ladder_paragraph(output_dir)) if paragraph)
         + "\n\n" + md_table(verdict_frame(verdict)),
     )
+
+
+def with_setting_keys(output_dir: Path, table: pl.DataFrame) -> pl.DataFrame:
+    """`table` with the `setting_key` of each (setting, params) from setting_keys.parquet; as it
+    is when that table is missing (then no setting of this run pairs with a later run's)."""
+    path = output_dir / "setting_keys.parquet"
+    if not path.exists() or "setting" not in table.columns or "setting_key" in table.columns:
+        return table
+    keys = pl.read_parquet(path).sort("setting_key").unique(["setting", "params"], keep="first")
+    return table.join(keys, on=["setting", "params"], how="left", nulls_equal=True, maintain_order="left")
 
 
 def report_texts(manifest: dict) -> pl.DataFrame | None:
@@ -94,8 +97,9 @@ def verdict_markdown(published: Published) -> str:
     if published.regressions:
         parts.append(f"**{published.regressions} regression(s)** against "
                      f"{', '.join(r for r in (published.previous_run, published.baseline_run) if r)}; see the report.")
-    elif published.regressions_path is not None:
+    elif published.previous_run or published.baseline_run:
         parts.append("No regression against the earlier run(s).")
+    parts += [md_prose(n[0].upper() + n[1:] + ".") for n in published.notes]
     parts.append(f"Full report: [{md_escape(published.html)}]({Path(published.html).resolve().as_uri()}) "
                  f"(Markdown twin: `{published.markdown}`)")
     return "\n\n".join(parts)
@@ -105,10 +109,15 @@ def regressions_markdown(published: Published) -> str:
     if published.regressions_path is None:
         return "No earlier run of this spec to compare with."
     table = pl.read_parquet(published.regressions_path)
-    flagged = table.filter(pl.col("regression"))
+    notes = [md_prose(n[0].upper() + n[1:] + ".") for n in published.notes]
+    tested = table.filter(pl.col("measure").is_not_null())
+    flagged = tested.filter(pl.col("regression"))
     if flagged.is_empty():
-        return f"No regression against {', '.join(sorted(set(table['against'])))} run(s)."
+        against = sorted(set(tested["against"]))
+        parts = [f"No regression against {', '.join(against)} run(s)."] if against else []
+        return "\n\n".join([*parts, *notes])
     from tasks.reporting.html import md_table
 
-    return f"**{flagged.height} regression(s)**\n\n" + md_table(
-        flagged.select("against", "provider", "index", "nprobe", "measure", "reference", "current", "diff", "ci_low", "ci_high"))
+    return "\n\n".join([f"**{flagged.height} regression(s)**", *notes, md_table(
+        flagged.select("against", "setting", "params", "measure", "n", "reference", "current", "diff", "ci_low", "ci_high",
+                       "p_value", "p_adjusted"))])

@@ -12,6 +12,7 @@ from support.paths import ROOT
 
 def _per_query(values, provider="p", index="flat", nprobe=None, measure="ndcg@10"):
     return pl.DataFrame({
+        "setting_key": f"{provider}/{index}/{nprobe}", "setting": f"{provider}/{index}", "params": "{}",
         "provider": provider, "index": index, "nprobe": pl.Series([nprobe] * len(values), dtype=pl.Int64),
         "query_id": [f"q{i}" for i in range(len(values))], "measure": measure, "value": values,
     })
@@ -22,20 +23,20 @@ def test_a_clear_drop_is_a_regression_and_noise_is_not():
     before = rng.uniform(0.5, 1.0, 60)
     worse = _per_query(before - 0.2)
     noisy = _per_query(np.clip(before + rng.normal(0, 0.05, 60), 0, 1))
-    reference = _per_query(before)
-    dropped = history.regressions(worse, reference, "previous", "run-1", ["ndcg@10"])
+    reference = [("previous", "run-1", _per_query(before))]
+    dropped = history.compare_runs(worse, reference, ["ndcg@10"])
     assert dropped["regression"].to_list() == [True]
     assert dropped["diff"].item() == pytest.approx(-0.2)
     assert dropped["ci_high"].item() < 0
-    steady = history.regressions(noisy, reference, "previous", "run-1", ["ndcg@10"])
+    steady = history.compare_runs(noisy, reference, ["ndcg@10"])
     assert steady["regression"].to_list() == [False]
     assert steady["ci_low"].item() < 0 < steady["ci_high"].item()
 
 
 def test_only_settings_present_in_both_runs_are_compared():
-    reference = pl.concat([_per_query([0.5] * 5), _per_query([0.5] * 5, index="ivf", nprobe=4)])
-    current = _per_query([0.5] * 5)
-    compared = history.regressions(current, reference, "baseline", "run-0", ["ndcg@10"])
+    reference = pl.concat([_per_query([0.5] * 25), _per_query([0.5] * 25, index="ivf", nprobe=4)])
+    current = _per_query([0.5] * 25)
+    compared = history.compare_runs(current, [("baseline", "run-0", reference)], ["ndcg@10"])
     assert compared.select("index", "nprobe").rows() == [("flat", None)]
     assert compared["against"].item() == "baseline" and not compared["regression"].item()
 
@@ -88,11 +89,42 @@ def test_a_worse_model_fails_the_flow_after_writing_everything(tmp_path, prefect
     regressions = pl.read_parquet(tmp_path / "out" / "regressions.parquet")
     flagged = regressions.filter(pl.col("regression"))
     assert set(flagged["measure"]) <= {"ndcg@10", "mrr"} and flagged.height >= 1
-    assert (flagged["ci_high"] < 0).all()
+    assert (flagged["ci_high"] < 0).all() and (flagged["p_adjusted"] < 0.05).all()
+    assert set(regressions["correction"]) == {"holm"} and regressions["setting_key"].null_count() == 0
     assert "regression(s)" in (tmp_path / "out" / "report.html").read_text()
     assert len(history.runs_of(tmp_path / "store", "guarded")) == 2  # the failing run is recorded too
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["providers"]["lexical"]["dim"] == 16
+
+
+def test_a_worse_model_on_changed_data_starts_a_new_series_and_passes(tmp_path, prefect_harness):
+    import shutil
+
+    from flows.benchmark import benchmark
+
+    changed = tmp_path / "changed"
+    shutil.copytree(ROOT / "data" / "sample", changed)
+    corpus = (changed / "corpus.jsonl").read_text().splitlines()
+    document = json.loads(corpus[0])
+    document["text"] += " One more sentence, so the data set's content key changes."
+    (changed / "corpus.jsonl").write_text("\n".join([json.dumps(document), *corpus[1:]]) + "\n")
+
+    def run(data, dim, low, high):
+        spec = tmp_path / f"spec-{dim}.yaml"
+        spec.write_text(SPEC.format(data=data, dim=dim, low=low, high=high, out=tmp_path / "out", store=tmp_path / "store"))
+        benchmark(str(spec))
+
+    run(ROOT / "data" / "sample", 2048, 3, 5)
+    run(changed, 16, 5, 5)  # the worse model of the test above, but on other data: fail_on_regression does not fire
+    regressions = pl.read_parquet(tmp_path / "out" / "regressions.parquet")
+    assert regressions.height == 1 and not regressions["regression"].any()
+    first = history.runs_of(tmp_path / "store", "guarded")
+    assert first["series"].to_list() == [1, 2]
+    old, new = (key[:12] for key in first["dataset_hash"])
+    note = (f"dataset changed since run {first['run_id'][0]} ({old} -> {new}): a new series starts; "
+            f"no regressions computed")
+    assert regressions["status"].item() == note
+    assert "Dataset changed since run" in (tmp_path / "out" / "report.html").read_text()
 
 
 def _record_runs_without_git(store, commits):
@@ -117,7 +149,8 @@ def test_history_command_outside_a_git_repository_and_an_unrecorded_measure(tmp_
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "ndcg@10 of spec 'guarded', one row per run (oldest first)"
     rows = [line.split() for line in printed[3:]]
-    assert [row[2:] for row in rows] == [["run-0", "-", "0.2500"], ["run-1", "-", "0.5000"], ["run-2", "01234567", "0.7500"]]
+    assert [row[2:] for row in rows] == [["run-0", "-", "1", "d", "0.2500"], ["run-1", "-", "1", "d", "0.5000"],
+                                         ["run-2", "01234567", "1", "d", "0.7500"]]
 
     assert main(["history", str(spec), "-m", "ndcg@1000"]) == 2
     err = capsys.readouterr().err

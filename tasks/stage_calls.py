@@ -5,6 +5,7 @@ did. Module-level functions, so that a Dask worker can unpickle them."""
 from __future__ import annotations
 
 import logging
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -278,13 +279,13 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
     output_dir = Path(spec.output_dir)
     kept = output_memo.reuse(spec.store_dir, "scores", key, output_dir)
     if kept is not None:
-        log.info("summary\n" + kept["summary"])
+        log.info("summary (every judged query, all splits)\n" + kept["summary"])
         return {name: str(output_dir / file) for name, file in kept["tables"].items()}
     paths, summary = _score_tables(runs, dataset, spec, buried_paths, system_pairs)
     files = [*paths.values(), output_dir / "summary.csv", output_dir / "runs.trec"]
     output_memo.keep(spec.store_dir, "scores", key, files,
                      {"tables": {name: Path(path).name for name, path in paths.items()}, "summary": summary})
-    log.info("summary\n" + summary)
+    log.info("summary (every judged query, all splits)\n" + summary)
     return paths
 
 
@@ -392,6 +393,8 @@ def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
     from tasks.reporting.publish import publish
 
     published = publish(spec, run_id, sections)
+    if published.verdict_text:  # the summary logged before is over every judged query; this is the decision
+        log.info("verdict\n" + "\n\n".join(textwrap.fill(p, 100) for p in published.verdict_text.split("\n\n")))
     log.info(f"report: {published.html}")
     for note in published.notes:
         log.warning(f"history: {note}")

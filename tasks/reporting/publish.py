@@ -26,6 +26,7 @@ class Published:
     baseline_run: str | None
     verdict: str = ""  # the verdict paragraph and table, Markdown
     notes: tuple[str, ...] = ()  # why a run was not compared with (the data changed, no shared setting keys)
+    verdict_text: str = ""  # the verdict's paragraphs as plain text, for the log
 
 
 def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Published:
@@ -59,14 +60,15 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,
                                           measure=measure, texts=report_texts(manifest), verdict=verdict,
                                           extra_sections=extra_sections)
+    paragraphs = [p for p in (verdict_sentences(verdict), ladder_paragraph(output_dir)) if p]
     return Published(
         html=str(html_path), markdown=str(md_path), regressions_path=regressions_path,
         regressions=0 if found is None else found.filter(pl.col("regression")).height,
         previous_run=history.compared_with(found, "previous"), baseline_run=history.compared_with(found, "baseline"),
         notes=() if found is None else tuple(found.filter(pl.col("measure").is_null())["status"].to_list()),
-        verdict="\n\n".join(" ".join(md_prose(s) for s in paragraph) for paragraph in
-                              (verdict_sentences(verdict), ladder_paragraph(output_dir)) if paragraph)
+        verdict="\n\n".join(" ".join(md_prose(s) for s in paragraph) for paragraph in paragraphs)
         + "\n\n" + md_table(verdict_frame(verdict)),
+        verdict_text="\n\n".join(" ".join(paragraph) for paragraph in paragraphs),
     )
 
 

@@ -238,9 +238,9 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
     if per_query is not None and runner is not None:
         key = lambda row: tuple(row[c] for c in SETTING)  # noqa: E731
         versus = paired(per_query, key(best), key(runner), measure)
-        _, values = _values_by_setting(per_query, measure)
+        paired_queries, values = _values_by_setting(per_query, measure)
         for row in table.iter_rows(named=True):
-            if row["label"] != best["label"] and key(row) in values:
+            if row["label"] != best["label"] and key(row) in values and len(paired_queries) >= 2:
                 test = non_inferiority(values[key(row)], values[key(best)], margin.value)
                 candidates.append(Candidate(row, test, savings(best, row, min_saving)))
         pick = _pick(candidates)
@@ -361,7 +361,9 @@ def _as_good_and_cheaper_sentences(verdict: Verdict) -> list[str]:
     pick = verdict.as_good_and_cheaper
     if pick is None:
         if not verdict.candidates:
-            return [f"No per-query values to test a cheaper setting against the best. What the best costs: {_what_it_costs(best)}"]
+            why = ("No per-query values to test a cheaper setting against the best" if verdict.versus_runner_up is None
+                   else f"Too few queries ({verdict.versus_runner_up.n}) to test whether a cheaper setting is as good as the best")
+            return [f"{why}. What the best costs: {_what_it_costs(best)}"]
         parts = [f"No cheaper setting matches the best (rule: {rule})"]
         short = sorted((c for c in verdict.candidates if c.cheaper_on and not c.test.holds), key=lambda c: -c.test.lower)
         equal = [c for c in verdict.candidates if c.test.holds and not c.cheaper_on]

@@ -149,3 +149,11 @@ def test_margin_defaults_to_the_sweeps_loss_budget_made_absolute(tmp_path):
     assert decide(tmp_path, "ndcg@10", None, loss_budget=0.02).margin.value == pytest.approx(0.016)
     assert decide(tmp_path, "ndcg@10").margin.value == 0.01
     assert decide(tmp_path, "ndcg@10", VerdictSpec(margin=0.03), loss_budget=0.02).margin.value == 0.03
+
+
+def test_one_query_is_too_few_for_the_equivalence_test_and_says_so(tmp_path):
+    _write_run(tmp_path, {("a", "flat", None): {"test": [1.0]}, ("b", "flat", None): {"test": [1.0]}}, splits={},
+               usd={"a": 1.0, "b": 0.1})
+    verdict = decide(tmp_path, "ndcg@10")
+    assert verdict.candidates == [] and verdict.as_good_and_cheaper is None
+    assert any(s.startswith("Too few queries (1) to test whether a cheaper setting is as good") for s in verdict_sentences(verdict))

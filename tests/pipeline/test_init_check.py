@@ -147,6 +147,7 @@ def test_init_on_a_beir_folder_with_train_dev_test_picks_test(tmp_path, capsys):
     assert "Dataset scifact (beir, split test): 9 documents, 2 judged queries (test 2), 2 judgments" in checked
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "cranfield").is_dir(), reason=f"{SHARED_DATA / 'cranfield'} not present")
 def test_init_on_cranfield_names_its_trec_qrels(tmp_path, capsys):
     found, checked, spec = _init_then_check(SHARED_DATA / "cranfield", tmp_path, capsys)
     assert "1400 documents; judged queries and judgments per split: test 225 queries, 1837 judgments" in found
@@ -155,6 +156,7 @@ def test_init_on_cranfield_names_its_trec_qrels(tmp_path, capsys):
     assert "Dataset cranfield (cranfield, split test): 1400 documents, 225 judged queries" in checked
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "glasgow").is_dir(), reason=f"{SHARED_DATA / 'glasgow'} not present")
 def test_init_on_a_glasgow_collection(tmp_path, capsys):
     found, checked, spec = _init_then_check(SHARED_DATA / "glasgow" / "cisi", tmp_path, capsys)
     assert "collection=cisi" in found and "76 queries" in found and "36 queries without judgments" in found

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import io
 import json
+import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from importlib.metadata import version
@@ -112,10 +113,13 @@ DEVANAGARI_RANGES = ((0x0900, 0x097F), (0x1CD0, 0x1CFF), (0xA8E0, 0xA8FF))
 _SHAPING = "\u200c\u200d\u25cc"
 
 
+_DEVANAGARI = re.compile("[" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in DEVANAGARI_RANGES) + "]")
+
+
 def devanagari_letters(text: str) -> str:
-    """The distinct Devanagari characters of `text`, sorted ("" when it has none)."""
-    found = {c for c in text if any(lo <= ord(c) <= hi for lo, hi in DEVANAGARI_RANGES)}
-    return "".join(sorted(found))
+    """The distinct Devanagari characters of `text`, sorted ("" when it has none). A regular
+    expression, not a loop in Python: the page's text holds its figures as megabytes of base64."""
+    return "".join(sorted(set(_DEVANAGARI.findall(text))))
 
 
 @_memoised
@@ -123,6 +127,13 @@ def devanagari_font(letters: str) -> str:
     """The shipped Devanagari font cut to `letters` (with the conjuncts and signs that shape them)
     and fixed at its regular weight, as base64 TrueType for a page to embed: tens of KB where the
     variable font file is 640 KB. Kept in the store by its letters, so a rerun cuts nothing."""
+    return _cut_devanagari_font(letters)
+
+
+@functools.lru_cache(maxsize=16)
+def _cut_devanagari_font(letters: str) -> str:
+    """The cut itself (seconds of fontTools work), also kept for the process: one process building
+    many reports of one collection (a test session, a server) cuts its letters once."""
     from fontTools import subset
     from fontTools.ttLib import TTFont
     from fontTools.varLib import instancer

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -132,15 +133,40 @@ def devanagari_font(letters: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _cut_devanagari_font(letters: str) -> str:
-    """The cut itself (seconds of fontTools work), also kept for the process: one process building
-    many reports of one collection (a test session, a server) cuts its letters once."""
+    """The cut itself (seconds of fontTools work), kept for the process and in the user's cache
+    folder (as matplotlib keeps its font list there): reports of one collection in new stores,
+    nightly runs, test sessions cut their letters once. Both are derived data, keyed by the font
+    file, fontTools' version and the letters; a cache that cannot be written is skipped."""
+    import fontpkg_noto_sans_devanagari as noto
+    import fontTools
+
+    source = next((noto.ROOT / "files").glob("*.ttf"))
+    key = hashlib.sha256(f"{source.name}|{source.stat().st_size}|{fontTools.version}|{letters}".encode()).hexdigest()
+    cached = _FONT_CACHE / f"{key[:40]}.b64"
+    try:
+        return cached.read_text(encoding="ascii")
+    except OSError:
+        pass
+    cut = _cut(source, letters)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(cut, encoding="ascii")
+        os.replace(partial, cached)
+    except OSError:
+        pass
+    return cut
+
+
+_FONT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "retbench" / "fonts"
+
+
+def _cut(source: Path, letters: str) -> str:
     from fontTools import subset
     from fontTools.ttLib import TTFont
     from fontTools.varLib import instancer
 
-    import fontpkg_noto_sans_devanagari as noto
-
-    font = TTFont(str(next((noto.ROOT / "files").glob("*.ttf"))))
+    font = TTFont(str(source))
     options = subset.Options()
     options.layout_features = ["*"]  # every shaping feature: conjuncts, reph, matra positions
     options.notdef_outline = True

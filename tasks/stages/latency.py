@@ -15,11 +15,26 @@ from tasks.analysis.equivalence import quantile_band
 from tasks.config.measurement import LatencySpec
 from tasks.providers import Provider
 
-LATENCY_COLUMNS = ["provider", "kind", "batch_size", "concurrency", "iterations", "calls",
-                   "texts_per_second", "p50_ms", "p95_ms", "p99_ms", "p95_ms_low", "p95_ms_high", "role"]
+LATENCY_SCHEMA = {
+    "provider": pl.String, "kind": pl.String, "batch_size": pl.Int64, "concurrency": pl.Int64,
+    "iterations": pl.Int64, "calls": pl.Int64, "texts_per_second": pl.Float64,
+    "p50_ms": pl.Float64, "p95_ms": pl.Float64, "p99_ms": pl.Float64,
+    "p95_ms_low": pl.Float64, "p95_ms_high": pl.Float64, "role": pl.String,
+}
+LATENCY_COLUMNS = list(LATENCY_SCHEMA)
 # One query at a time, the way a search service embeds it: enough calls for a p95 with a noise band
 # (with 59 calls the largest sample bounds the p95 from above at 95%).
 QUERY_CALLS = 60
+
+
+def _timed_row(latencies: Sequence[float], wall: float, texts: int, **setting) -> dict:
+    """One `latency` row from the seconds of each call: percentiles, the p95's noise band (for the
+    verdict's "cheaper" claims) and throughput over `texts` texts in `wall` seconds."""
+    ms = np.asarray(latencies) * 1000.0
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+    p95_low, p95_high = quantile_band(ms, 0.95)
+    return {**setting, "texts_per_second": texts / wall if wall > 0 else float("inf"),
+            "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p95_ms_low": p95_low, "p95_ms_high": p95_high}
 
 
 def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None) -> pl.DataFrame:
@@ -36,22 +51,10 @@ def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str]
             # Different texts in every call, so a server-side cache cannot flatter the numbers.
             batches = [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
             latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
-            ms = np.asarray(latencies) * 1000.0
-            p50, p95, p99 = np.percentile(ms, [50, 95, 99])
-            p95_low, p95_high = quantile_band(ms, 0.95)  # the p95's noise, for "cheaper" claims
-            rows.append({
-                "provider": provider_name, "kind": provider.kind, "batch_size": batch_size,
-                "concurrency": concurrency, "iterations": spec.iterations, "calls": calls,
-                "texts_per_second": batch_size * calls / wall if wall > 0 else float("inf"),
-                "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99),
-                "p95_ms_low": p95_low, "p95_ms_high": p95_high, "role": spec.role,
-            })
-    return pl.DataFrame(rows, schema={
-        "provider": pl.String, "kind": pl.String, "batch_size": pl.Int64, "concurrency": pl.Int64,
-        "iterations": pl.Int64, "calls": pl.Int64, "texts_per_second": pl.Float64,
-        "p50_ms": pl.Float64, "p95_ms": pl.Float64, "p99_ms": pl.Float64,
-        "p95_ms_low": pl.Float64, "p95_ms_high": pl.Float64, "role": pl.String,
-    })
+            rows.append(_timed_row(latencies, wall, batch_size * calls, provider=provider_name, kind=provider.kind,
+                                   batch_size=batch_size, concurrency=concurrency, iterations=spec.iterations,
+                                   calls=calls, role=spec.role))
+    return pl.DataFrame(rows, schema=LATENCY_SCHEMA)
 
 
 def profile_query_latency(provider: Provider, provider_name: str, queries: Sequence[str],
@@ -63,16 +66,9 @@ def profile_query_latency(provider: Provider, provider_name: str, queries: Seque
     pool = [q for q in queries if q] or ["empty"]
     batches = [[pool[i % len(pool)]] for i in range(QUERY_CALLS)]
     latencies, wall = provider.timed_calls(batches, "query", 1, warmup=spec.warmup)
-    ms = np.asarray(latencies) * 1000.0
-    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
-    low, high = quantile_band(ms, 0.95)
-    return pl.DataFrame([{
-        "provider": provider_name, "kind": provider.kind, "batch_size": 1, "concurrency": 1, "iterations": QUERY_CALLS,
-        "calls": QUERY_CALLS, "texts_per_second": QUERY_CALLS / wall if wall > 0 else float("inf"),
-        "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p95_ms_low": low, "p95_ms_high": high,
-        "role": "query"}], schema=dict(zip(LATENCY_COLUMNS, (
-            pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Float64, pl.Float64, pl.Float64, pl.Float64,
-            pl.Float64, pl.Float64, pl.String))))
+    row = _timed_row(latencies, wall, QUERY_CALLS, provider=provider_name, kind=provider.kind, batch_size=1,
+                     concurrency=1, iterations=QUERY_CALLS, calls=QUERY_CALLS, role="query")
+    return pl.DataFrame([row], schema=LATENCY_SCHEMA)
 
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:

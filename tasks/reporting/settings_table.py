@@ -44,9 +44,10 @@ def _quality(summary: pl.DataFrame, breakdown: pl.DataFrame | None, measure: str
     return quality.with_columns(ci_low=pl.lit(None, pl.Float64), ci_high=pl.lit(None, pl.Float64))
 
 
-def _quality_on_split(per_query: pl.DataFrame, breakdown: pl.DataFrame | None, measure: str, split: str) -> pl.DataFrame:
+def split_quality(per_query: pl.DataFrame, breakdown: pl.DataFrame | None, measure: str, split: str) -> pl.DataFrame:
     """The same columns over the queries of one split: the mean of their per-query values (what
-    trec_eval's mean over those queries is) and the breakdown's interval for that split."""
+    trec_eval's mean over those queries is) and the breakdown's interval for that split. Quality
+    alone: the tuning evidence shows it for the non-test split, with no cost columns."""
     rows = per_query.filter((pl.col("measure") == measure) & (pl.col("split") == split))
     if rows.is_empty():
         raise ValueError(f"per_query has no {measure!r} values on split {split!r}")
@@ -192,7 +193,7 @@ def settings_table(output_dir: Path, measure: str, split: str | None = None) -> 
         per_query = read_table(output_dir, "per_query")
         if per_query is None:
             raise FileNotFoundError(f"{output_dir / 'per_query.parquet'} not found: run the score stage first")
-        table = _quality_on_split(per_query, breakdown, measure, split)
+        table = split_quality(per_query, breakdown, measure, split)
     cost = read_table(output_dir, "cost")
     if cost is not None and cost.height and "usd_per_1000_queries" in cost.columns:
         corpus = pl.col("corpus_usd") if "corpus_usd" in cost.columns else pl.lit(None, pl.Float64)
@@ -210,11 +211,15 @@ def settings_table(output_dir: Path, measure: str, split: str | None = None) -> 
     else:
         table = table.with_columns(index_bytes=pl.lit(None, pl.Int64))
     table = _with_system_costs(table, read_table(output_dir, "systems"))
-    return (table.with_columns(
+    return best_first(table.with_columns(
         label=label_expr(),
         query_p50_ms=pl.col("embed_p50_ms") + pl.col("search_p50_ms"),
         query_p95_ms=pl.col("embed_p95_ms") + pl.col("search_p95_ms"),
         query_p95_low=pl.col("embed_p95_low") + pl.col("search_p95_low"),
         query_p95_high=pl.col("embed_p95_high") + pl.col("search_p95_high"),
         latency_noise_measured=pl.col("embed_noise_measured").fill_null(False) & pl.col("search_noise_measured").fill_null(False),
-    ).sort(["mean", "provider", "index", "nprobe"], descending=[True, False, False, False], nulls_last=True))
+    ))
+
+
+def best_first(table: pl.DataFrame) -> pl.DataFrame:
+    return table.sort(["mean", "provider", "index", "nprobe"], descending=[True, False, False, False], nulls_last=True)

@@ -13,8 +13,8 @@ import polars as pl
 from tasks.analysis.breakdown import paired_comparison
 from tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
 from tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
-from tasks.reporting.settings_table import (SETTING, label_expr, read_table, setting_label,  # noqa: F401 (re-exported)
-                                            settings_table)
+from tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
+                                            setting_label, settings_table, split_quality)
 
 ALPHA = 0.05
 HELD_OUT = "test"
@@ -225,7 +225,7 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
     within the margin and cheaper: the first cost axis (price, p95 latency, index size, corpus
     embedding price) on which some qualifying setting saves most, ties to the better quality."""
     output_dir = Path(output_dir)
-    per_query = read_table(output_dir, "per_query")
+    every_query = per_query = read_table(output_dir, "per_query")
     scope = verdict_scope(per_query, measure)
     table = settings_table(output_dir, measure, scope.split)
     if per_query is not None and scope.split is not None:
@@ -249,7 +249,8 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
     dev = None
     if scope.held_out:
         others = [s for s in scope.splits if s != HELD_OUT]
-        dev = settings_table(output_dir, measure, "dev" if "dev" in others else others[0])
+        dev = best_first(split_quality(every_query, read_table(output_dir, "breakdown"), measure,
+                                       "dev" if "dev" in others else others[0]).with_columns(label=label_expr()))
     return Verdict(measure, scope, margin, min_saving, table, best, runner, versus, candidates, pick, versus_pick,
                    tuned_on_dev(output_dir), dev, measure_note)
 

@@ -20,7 +20,7 @@ HEAVY = ("faiss", "torch", "prefect", "sentence_transformers", "matplotlib")
 # never a higher one. Declared once, here; a module in no layer fails, so a new package must be placed.
 # A name holds the module and everything under it; "=tasks" is the module tasks (its __init__) alone.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("L0 foundation", ("=tasks", "tasks.store", "tasks.registry", "tasks.language", "tasks.allocator")),
+    ("L0 foundation", ("=tasks", "tasks.store", "tasks.registry", "tasks.language", "tasks.allocator", "tasks.progress")),
     ("L1 plug-ins", ("tasks.providers", "tasks.rerankers", "tasks.datasets", "tasks.indexes")),
     ("L2 spec models", ("tasks.config",)),
     ("L3 analysis", ("tasks.analysis",)),

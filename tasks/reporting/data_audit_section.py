@@ -33,14 +33,14 @@ def _truncation(section: Section, rows: list[dict]) -> None:
                                        "truncated": pl.Int64, "tokens": pl.Int64, "tokens_dropped": pl.Int64,
                                        "share_dropped": pl.Float64, "token_source": pl.String})
     section.paragraph("Texts longer than a provider's input window are cut: the model never reads the rest. Per "
-                      "provider, its documents (the baseline chunking's chunks) and its queries; `window` empty: the "
+                      "provider, its documents (the baseline chunking's chunks) and its queries; no window: the "
                       "provider declares none (it reads every token, or cannot say).")
     section.table(frame)
     for row in rows:
         if row["share_dropped"] >= LARGE_SHARE:
             section.paragraph(f"{row['provider']}: {row['share_dropped']:.1%} of the {row['role']} tokens are past the "
                               f"{row['window']}-token window ({row['truncated']} of {row['texts']} texts cut; "
-                              f"{LARGE_SHARE:.0%} or more is flagged). Chunk them shorter: a list of `chunking` configs "
+                              f"{LARGE_SHARE:.0%} or more is flagged). Chunk them shorter: a list of chunking configs "
                               f"compares chunk sizes in one run ({CHUNKING_GUIDE}).")
 
 
@@ -70,8 +70,8 @@ def _duplicates(section: Section, duplicates: dict) -> None:
 
 def _languages(section: Section, languages: dict) -> None:
     labels = sorted(set(languages["documents"]) | set(languages["queries"]))
-    section.paragraph(f"Language labels ({languages['method']}; `und`: no script holds most letters, "
-                      "`und-Arab`, `und-Cyrl`, `und-Hani`: a script several languages share).")
+    section.paragraph(f"Language labels ({languages['method']}; und: no script holds most letters; und-Arab, "
+                      "und-Cyrl, und-Hani: a script several languages share).")
     section.table(pl.DataFrame({"language": labels,
                                 "documents": [languages["documents"].get(label, 0) for label in labels],
                                 "queries": [languages["queries"].get(label, 0) for label in labels]}))
@@ -84,4 +84,4 @@ def _joiners(section: Section, joiners: dict) -> None:
     elif joiners["documents"] or joiners["queries"]:
         section.paragraph(f"{joiners['documents']} documents and {joiners['queries']} queries hold a zero-width joiner "
                           "(U+200C, U+200D): spellings with and without one are different texts and cache rows; "
-                          "`dataset.unicode: nfc_strip_joiners` folds them.")
+                          "dataset.unicode: nfc_strip_joiners folds them.")

@@ -79,14 +79,14 @@ def set_clipping(provider: Provider, embedding_set, texts_path: str | Path, id_c
 
 def _stored_counts(cache_dir: str, wanted: set[str]) -> tuple[dict[str, int], set[str]]:
     """Key -> stored token count (the newest shard's, as on read) of the `wanted` keys, and the sources."""
-    counts: dict[str, int] = {}
-    sources: set[str] = set()
+    keys = pl.DataFrame({"key": list(wanted)}, schema={"key": pl.String})
+    found = []
     with shards.folder_lock(cache_dir, shared=True):
-        for path in reversed(shards.shard_paths(cache_dir)):
-            if "tokens" not in pq.read_schema(path).names:
-                continue
-            frame = pl.from_arrow(shards.read_shard(path, ["key", "tokens", "token_source"]))
-            frame = frame.filter(pl.col("key").is_in(list(wanted - counts.keys())) & pl.col("tokens").is_not_null())
-            counts.update(zip(frame["key"].to_list(), frame["tokens"].to_list()))
-            sources.update(str(s) for s in frame["token_source"].unique().to_list())
-    return counts, sources
+        for path in reversed(shards.shard_paths(cache_dir)):  # newest first: its count wins
+            if "tokens" in pq.read_schema(path).names:
+                rows = pl.from_arrow(shards.read_shard(path, ["key", "tokens", "token_source"]))
+                found.append(rows.cast({"tokens": pl.Int64, "token_source": pl.String}).join(keys, on="key", how="semi"))
+    if not found:
+        return {}, set()
+    rows = pl.concat(found).filter(pl.col("tokens").is_not_null()).unique(subset="key", keep="first", maintain_order=True)
+    return dict(zip(rows["key"].to_list(), rows["tokens"].to_list())), set(rows["token_source"].unique().to_list())

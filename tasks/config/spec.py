@@ -305,6 +305,9 @@ def depth_errors(spec: BenchmarkSpec) -> list[str]:
         return output_depth(system.first, seen | {reference})
 
     for i, system in enumerate(spec.systems):
+        if system.fusion is not None and system.fusion.depth is not None and system.fusion.depth < max(spec.k):
+            problems.append(f"systems[{i}].fusion.depth: {system.fusion.depth} is below the largest k ({max(spec.k)}): "
+                            f"the fused ranking would be scored deeper than it goes; set it to at least {max(spec.k)}")
         if system.rerank is None:
             continue
         reranked = (system.fusion.depth or spec.depth) if system.fusion is not None else output_depth(system.first or "")

@@ -70,6 +70,8 @@ providers: [{name: h, kind: hashing, options: {bogus: 1}}]
         "set top_n to at most 20 or raise the depth",
         "systems[2].top_n: 100 (the default) is above the spec's depth (20): only 20 documents per query reach the "
         "reranker; set top_n to at most 20 or raise the depth",
+        "systems[3].fusion.depth: 10 is below the largest k (50): the fused ranking would be scored deeper than it "
+        "goes; set it to at least 50",
         "systems[3].top_n: 15 is above its fusion's depth (10): only 10 documents per query reach the reranker; "
         "set top_n to at most 10 or raise the depth",
         "systems[4].top_n: 12 is above the depth of system 'fused' (10): only 10 documents per query reach the "

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_providers
-from tasks.stage_calls import (chunk_stage, data_audit_stage, default_provider, embed_finish_stage, embed_part_stage,
-                               embed_plan_stage, filters_stage, finetune_stage, index_stage, load_dataset_stage,
-                               query_variant_stage, report_stage, retrieve_stage, score_stage, system_stage, with_shards)
+from tasks.stage_calls import (chunk_stage, default_provider, embed_finish_stage, embed_part_stage, embed_plan_stage,
+                               filters_stage, finetune_stage, index_stage, load_dataset_stage, query_variant_stage,
+                               report_stage, retrieve_stage, score_stage, system_stage, with_shards)
+from tasks.stage_calls import data_audit_stage
 from tasks.stage_list import SIDE_STAGES
 from tasks.stage_units import Produced
 

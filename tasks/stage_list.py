@@ -7,11 +7,11 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, clipping_stage, data_audit_stage,
-                               embed_finish_stage, embed_part_stage, embed_plan_stage, filtered_ann_stage, filters_stage,
-                               finetune_stage, finetune_tables_stage, index_stage, latency_stage, ledger_tables,
-                               load_dataset_stage, query_variant_stage, report_stage, retrieve_stage, score_stage,
-                               sweep_stage)
+from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, embed_finish_stage, embed_part_stage,
+                               embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
+                               index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
+                               report_stage, retrieve_stage, score_stage, sweep_stage)
+from tasks.stage_calls import clipping_stage, data_audit_stage
 from tasks.reporting.data_audit_section import data_audit_section
 from tasks.side_stages import ladder
 from tasks.stage_units import MainStage, Produced, SideStage

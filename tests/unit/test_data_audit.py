@@ -45,3 +45,24 @@ def test_the_audit_counts_labels_and_joiners():
     assert (audit["duplicates"]["groups"], audit["duplicates"]["documents"], audit["duplicates"]["judged_losing_ties"]) == (2, 4, 2)
     assert audit["languages"]["documents"] == {"en": 3, "hi": 2}
     assert (audit["joiners"]["documents"], audit["joiners"]["queries"]) == (1, 1)
+
+
+def test_the_report_section_flags_a_large_share_cut_and_names_the_losing_judged_copies(tmp_path):
+    import json
+
+    from tasks.reporting.data_audit_section import data_audit_section
+    from tasks.reporting.html import ReportInputs, render_markdown
+
+    truncation = [{"provider": "minilm", "role": "document", "window": 256, "texts": 240, "truncated": 225,
+                   "tokens": 100_000, "tokens_dropped": 43_800, "share_dropped": 0.438, "token_source": "tokenizer"},
+                  {"provider": "minilm", "role": "query", "window": 256, "texts": 10, "truncated": 0,
+                   "tokens": 100, "tokens_dropped": 0, "share_dropped": 0.0, "token_source": "tokenizer"}]
+    queries = pl.DataFrame({"query_id": ["q1"], "text": ["x"], "language": ["en"], "category": ["c"], "split": ["test"]})
+    audit = data_audit(CORPUS, queries, QRELS, unicode="nfc")
+    (tmp_path / "manifest.json").write_text(json.dumps({"truncation": truncation, "data_audit": audit}))
+    section = data_audit_section(ReportInputs(tmp_path, "ndcg@10", None))
+    text = render_markdown("t", "", [section])
+    assert "minilm: 43.8% of the document tokens are past the 256-token window (225 of 240 texts cut; 5% or more" in text
+    assert "query tokens are past" not in text
+    assert "In 2 groups the judged copy loses that tie to an unjudged twin" in text
+    assert "| d1, d9 | d1 | d9 | True |" in text

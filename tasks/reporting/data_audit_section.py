@@ -38,10 +38,12 @@ def _truncation(section: Section, rows: list[dict]) -> None:
     section.table(frame)
     for row in rows:
         if row["share_dropped"] >= LARGE_SHARE:
+            advice = ("Chunk them shorter: a list of chunking configs compares chunk sizes in one run "
+                      f"({CHUNKING_GUIDE})." if row["role"] == "document" else
+                      "Shorten them (a query variant), or use a model with a longer window.")
             section.paragraph(f"{row['provider']}: {row['share_dropped']:.1%} of the {row['role']} tokens are past the "
                               f"{row['window']}-token window ({row['truncated']} of {row['texts']} texts cut; "
-                              f"{LARGE_SHARE:.0%} or more is flagged). Chunk them shorter: a list of chunking configs "
-                              f"compares chunk sizes in one run ({CHUNKING_GUIDE}).")
+                              f"{LARGE_SHARE:.0%} or more is flagged). {advice}")
 
 
 def _duplicates(section: Section, duplicates: dict) -> None:

@@ -42,10 +42,15 @@ class Clipping:
         if self.window is None:
             return f"{what}: no input window declared, none counted as truncated"
         line = (f"{what}: {self.truncated} of {self.texts} longer than the {self.window}-token window, "
-                f"{self.share_dropped:.1%} of their tokens cut ({self.token_source} counts)")
+                f"{self.share_dropped:.1%} of the tokens cut ({self.token_source} counts)")
         if self.share_dropped >= LARGE_SHARE:
-            line += f"; chunk the {self.role}s shorter (chunking: {CHUNKING_GUIDE})"
+            line += "; " + self.advice()
         return line
+
+    def advice(self) -> str:
+        if self.role == "document":
+            return f"chunk the documents shorter (chunking: {CHUNKING_GUIDE})"
+        return "shorten the queries (a query variant) or use a model with a longer window"
 
 
 def clipped_counts(counts: Sequence[int], window: int) -> tuple[int, int, int]:

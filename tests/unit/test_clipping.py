@@ -37,7 +37,7 @@ def test_counts_come_from_the_cache_rows_and_a_large_share_points_to_chunking(tm
     clipping = set_clipping(provider, embedded, "unused.parquet", "chunk_id")  # every count is stored
     assert clipping == Clipping("h", "document", 256, 3, 1, 25_000 + 3 + 2, 25_000 - 256, "estimate")
     assert clipping.share_dropped == pytest.approx(24_744 / 25_005)
-    assert clipping.line().startswith("h document texts: 1 of 3 longer than the 256-token window, 99.0% of their "
+    assert clipping.line().startswith("h document texts: 1 of 3 longer than the 256-token window, 99.0% of the "
                                       "tokens cut (estimate counts); chunk the documents shorter")
     assert set_clipping(HashingProvider(), embedded, "unused.parquet", "chunk_id").line() == \
         "h document texts: no input window declared, none counted as truncated"

@@ -25,6 +25,7 @@ from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_provid
 from tasks.stage_calls import (chunk_stage, default_provider, embed_finish_stage, embed_part_stage, embed_plan_stage,
                                filters_stage, finetune_stage, index_stage, load_dataset_stage, query_variant_stage,
                                report_stage, retrieve_stage, score_stage, system_stage, with_shards)
+from tasks.stage_calls import data_audit_stage
 from tasks.stage_list import SIDE_STAGES
 from tasks.stage_units import Produced
 
@@ -287,6 +288,9 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
                               all_embeddings, all_indexes, runs, tables, time.perf_counter() - started, sweep_results,
                               index_notes=[n for plan in plans.values() for n in plan.notes], systems=system_runs)
+    manifest["truncation"] = [row for rows in produced.results_of("clipping") for row in rows]
+    manifest["data_audit"] = runner.submit("score", data_audit_stage, dataset, spec, tables.get("runs"),
+                                           label="data-audit").result()
     if len(chunk_refs) > 1 or spec.queries.variants:
         manifest["variants"] = {
             "chunking": {name: {"chunks": ref.chunks, "file": Path(ref.path).name} for name, ref in chunk_refs.items()},

@@ -77,6 +77,34 @@ def embed_finish_stage(plan, *parts):
     return result
 
 
+def clipping_stage(provider: ProviderSpec, doc_set, query_set, chunks_path: str, queries_path: str,
+                   make_provider: Callable = default_provider) -> list[dict]:
+    """Texts longer than the provider's input window, in its documents and its queries: one line
+    each (a warning when the share of tokens cut calls for chunking), the rows for the manifest."""
+    from tasks.stages.clipping import LARGE_SHARE, set_clipping
+
+    built = loaded_provider(make_provider, provider)
+    rows = [set_clipping(built, doc_set, chunks_path, "chunk_id"), set_clipping(built, query_set, queries_path, "query_id")]
+    for row in rows:
+        (log.warning if row.share_dropped >= LARGE_SHARE else log.info)(row.line())
+    return [row.to_dict() for row in rows]
+
+
+def data_audit_stage(dataset, spec: BenchmarkSpec, runs_path: str | None) -> dict:
+    """The manifest's `data_audit`: duplicates (and, with the runs, judged copies ranked below an
+    unjudged twin), language labels, zero-width joiners; one line of it logged."""
+    from tasks.analysis.data_audit import data_audit
+
+    runs = pl.read_parquet(runs_path, columns=["setting", "query_id", "doc_id", "rank"]) if runs_path else None
+    audit = data_audit(pl.read_parquet(dataset.corpus_path), pl.read_parquet(dataset.queries_path),
+                       pl.read_parquet(dataset.qrels_path), unicode=spec.dataset.unicode, notes=dataset.notes, runs=runs)
+    duplicates, languages = audit["duplicates"], audit["languages"]
+    log.info(f"data audit: {duplicates['documents']} documents in {duplicates['groups']} groups of duplicates "
+             f"({duplicates['judged_groups']} with a judged id, {duplicates['judged_losing_ties']} whose judged copy "
+             f"loses ties); query languages {languages['queries']}")
+    return audit
+
+
 def embed_in_place(provider: ProviderSpec, texts_path, id_column: str, role: str, store: str, force: bool,
                    make_provider: Callable = default_provider, set_label: str | None = None):
     """plan -> parts -> finish in this call (from inside another stage, e.g. the fine-tune step)."""

@@ -11,6 +11,8 @@ from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage
                                embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
                                index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
                                report_stage, retrieve_stage, score_stage, sweep_stage)
+from tasks.stage_calls import clipping_stage, data_audit_stage
+from tasks.reporting.data_audit_section import data_audit_section
 from tasks.side_stages import ladder
 from tasks.stage_units import MainStage, Produced, SideStage
 
@@ -24,13 +26,20 @@ MAIN_STAGES = (
     MainStage("embed", (embed_plan_stage, embed_part_stage, embed_finish_stage)),
     MainStage("index", (index_stage,)),
     MainStage("retrieve", (retrieve_stage,)),
-    MainStage("score", (score_stage,), SCORE_TABLES,
+    MainStage("score", (score_stage, data_audit_stage), SCORE_TABLES,
               ("verdict", "tradeoffs", "failures", "unjudged", "slices", "ann", "variants")),
     MainStage("report", (report_stage,), (), ("regressions", "trend")),
 )
 
 
 # --- the side stages' calls and tables (each stage call's work is in tasks/stage_calls.py)
+
+
+def _clipping(run: Produced) -> list:
+    """Per provider, its baseline documents and raw queries against its input window."""
+    return [run.runner.submit("embed", clipping_stage, p, run.embedded[p.name][0], run.embedded[p.name][1],
+                              run.chunks.path, run.dataset.queries_path, run.make_provider, label=f"clipping-{p.name}")
+            for p in run.active]
 
 
 def _latency(run: Produced) -> list:
@@ -122,6 +131,9 @@ def _cheaper_variants(run: Produced) -> dict[str, str]:
 
 
 SIDE_STAGES = [
+    # Always on: texts cut at the provider's window go in the manifest (`truncation`) and the data
+    # audit section, with the dataset's audit (tasks/pipeline.py).
+    SideStage("clipping", "embed", _clipping, report=("unjudged", data_audit_section)),
     SideStage("latency", "embed", _latency, section="latency", runs_with="score", tables=("latency",),
               shown_in=("tables",)),  # its table is written with the ledger's
     SideStage("ann-sweep", "retrieve", _sweep, _sweep_tables, section="sweep",

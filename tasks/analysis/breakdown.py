@@ -65,8 +65,9 @@ def language_pairs(queries: pl.DataFrame, qrels: pl.DataFrame, corpus: pl.DataFr
                    relevance_level: int = 1) -> pl.DataFrame:
     """query_id, query_language, doc_language, language_pair ("hi->en", "en->en+hi", "en->none").
 
-    Languages come from the data's `language` column when set, else from the script (Devanagari
-    -> hi, else en; Hinglish can only come from the data). A query's document language is the
+    Languages come from the data's `language` column when set, else from the script
+    (tasks/language.py: Latin -> en, Devanagari -> hi, und-Arab, ..., und when mixed; Hinglish can
+    only come from the data). A query's document language is the
     sorted, "+"-joined set of languages of its relevant documents (grade >= relevance_level).
     """
     _require(queries, ["query_id", "text"], "queries")

@@ -37,7 +37,11 @@ class DatasetSpec(_Strict):
         "all", description="the queries kept: one split, or all (every query, each scored under its own split)")
     qrels: Path | None = Field(None, description="a TREC qrels file that replaces the dataset's own judgments")
     grade_map: dict[int, int] | None = None
-    unicode: Literal["nfc", "raw"] = Field("nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read")
+    unicode: Literal["nfc", "raw", "nfc_strip_joiners"] = Field(
+        "nfc", description="nfc: titles and texts normalised to Unicode NFC at load; raw: as read; nfc_strip_joiners: "
+                           "NFC with the zero-width joiner and non-joiner (U+200D, U+200C) removed, so spellings of a "
+                           "word that differ only by them are one text (one cache row); texts holding them are "
+                           "counted in the dataset notes either way")
     options: dict[str, Any] = Field(default_factory=dict, description="format-specific options, e.g. xquad languages")
     metadata_fields: list[str] | None = Field(None, min_length=1, description="jsonl: the document metadata fields "
                                               "query filters may use; checked against the files before any work")
@@ -212,8 +216,6 @@ class _BenchmarkSpecBase(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"provider names must be unique; repeated: {duplicates}")
-        if self.depth < max(self.k):
-            raise ValueError(f"depth ({self.depth}) must be at least the largest k ({max(self.k)})")
         from tasks.providers import known_kinds
 
         for provider in self.providers:
@@ -274,8 +276,8 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
-    problems = (provider_option_errors(spec) + system_errors(spec) + rewrite_file_errors(spec, path.parent)
-                + report_errors(spec))
+    problems = (depth_errors(spec) + provider_option_errors(spec) + system_errors(spec)
+                + rewrite_file_errors(spec, path.parent) + report_errors(spec))
     if not problems:  # the model-variant checks build providers from options that must be valid first
         from tasks.config.model_variants import variant_errors
 
@@ -283,6 +285,39 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
+
+
+def depth_errors(spec: BenchmarkSpec) -> list[str]:
+    """Cutoffs deeper than what is retrieved, refused rather than clipped: a k above `depth`
+    would score documents never retrieved, and a reranker's `top_n` above the depth of its input
+    would rerank fewer documents than the manifest and the setting's label say."""
+    problems = [f"k: {k} is above depth ({spec.depth}): a run retrieves {spec.depth} documents per query; "
+                f"raise depth to at least {k} or drop the cutoff" for k in spec.k if k > spec.depth]
+    by_name = {system.name: system for system in spec.systems}
+
+    def output_depth(reference: str, seen: frozenset = frozenset()) -> int:
+        """Documents per query of a first stage (the spec's depth) or of a system."""
+        system = by_name.get(reference)
+        if system is None or reference in seen:  # a first stage; a cycle is reported by system_errors
+            return spec.depth
+        if system.fusion is not None:
+            return system.fusion.depth or spec.depth
+        return output_depth(system.first, seen | {reference})
+
+    for i, system in enumerate(spec.systems):
+        if system.fusion is not None and system.fusion.depth is not None and system.fusion.depth < max(spec.k):
+            problems.append(f"systems[{i}].fusion.depth: {system.fusion.depth} is below the largest k ({max(spec.k)}): "
+                            f"the fused ranking would be scored deeper than it goes; set it to at least {max(spec.k)}")
+        if system.rerank is None:
+            continue
+        reranked = (system.fusion.depth or spec.depth) if system.fusion is not None else output_depth(system.first or "")
+        if system.top_n > reranked:
+            given = "" if "top_n" in system.model_fields_set else " (the default)"
+            source = "its fusion's depth" if system.fusion is not None and system.fusion.depth else (
+                f"the depth of system {system.first!r}" if system.first in by_name else "the spec's depth")
+            problems.append(f"systems[{i}].top_n: {system.top_n}{given} is above {source} ({reranked}): only {reranked} "
+                            f"documents per query reach the reranker; set top_n to at most {reranked} or raise the depth")
+    return problems
 
 
 def report_errors(spec: BenchmarkSpec) -> list[str]:

@@ -6,6 +6,8 @@ implements `fingerprint` and `encode`. Every other capability the pipeline uses 
 default here, so the pipeline never probes with `hasattr`:
 
 - `token_counts`: tokens per text for the cost ledger (default: ceil(chars / 4), "estimate");
+- `input_window`: tokens of one text the model reads, the rest cut off (default: None, no cut
+  known); the run counts the texts longer than it (tasks/stages/clipping.py);
 - `plan_batches`: which texts go in one call (default: `batch_size` at a time);
 - `encode_batches`: run the planned calls, yielding results as they complete (default: one
   at a time); HTTP providers run several at once;
@@ -72,6 +74,11 @@ class Provider:
 
     def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
         return [estimate_tokens(text) for text in texts], "estimate"
+
+    def input_window(self) -> int | None:
+        """Tokens of one text (as `token_counts` counts them) the model reads before cutting the
+        rest off; None when nothing is cut or the provider does not know."""
+        return None
 
     def first_use_modules(self) -> tuple[str, ...]:
         return ()

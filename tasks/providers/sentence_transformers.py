@@ -87,6 +87,10 @@ class SentenceTransformersProvider(Provider):
         """Tokens of a text the model reads; the rest is truncated."""
         return self.options.max_seq_length or self._read_config().get("max_seq_length")
 
+    def input_window(self) -> int | None:
+        # token_counts counts the prefix and the special tokens, as max_seq_length does.
+        return self._max_tokens()
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         prefix = self._prefix(role)
         if self.backend != "torch":

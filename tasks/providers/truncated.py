@@ -46,6 +46,9 @@ class TruncatedProvider(Provider):
     def token_counts(self, texts: Sequence[str], role: Role) -> tuple[list[int], str]:
         return self.inner.token_counts(texts, role)
 
+    def input_window(self) -> int | None:
+        return self.inner.input_window()
+
     def first_use_modules(self) -> tuple[str, ...]:
         return self.inner.first_use_modules()
 

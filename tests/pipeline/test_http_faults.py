@@ -80,6 +80,17 @@ def test_transient_5xx_are_retried_to_success(server, tmp_path, status):
     assert [s.answered for s in server.requests_with("text 4")] == [status, status, 200]
 
 
+def test_each_retry_is_one_info_line_from_the_calling_thread(server, tmp_path, caplog):
+    # Logged from the request thread, a retry line reached Prefect's API handler outside the run
+    # context, which printed a two-line UserWarning per retry; the consuming thread logs it now.
+    server.fault("status", match="text 4", status=503, times=2)
+    with caplog.at_level("INFO", logger="retbench.http"):
+        embed(server, tmp_path)
+    lines = [r for r in caplog.records if r.name == "retbench.http"]
+    assert [(r.levelname, r.threadName) for r in lines] == [("INFO", "MainThread")] * 2
+    assert "HTTP 503; retry 1/3 in" in lines[0].getMessage() and "retry 2/3" in lines[1].getMessage()
+
+
 def test_response_slower_than_the_timeout_is_retried(server, tmp_path):
     server.fault("slow", match="text 2", seconds=1.0)  # timeout is 0.5 s
     result = embed(server, tmp_path)

@@ -110,3 +110,15 @@ def test_systems_table_gives_added_latency_and_the_rerank_cost_ledger(runs):
     # At most the top 20 of each of 110 queries (filtered queries may have fewer documents).
     assert ledger.row(0, named=True)["pairs"] == pairs and 0 < pairs <= 20 * 110
     assert ledger["usd_run"].is_null().all()  # no price given
+
+
+def test_the_manifest_and_the_report_carry_the_truncation_counts_and_the_data_audit(runs):
+    base, first, _ = runs
+    chunks = first.manifest["chunks"]["chunks"]
+    assert [(r["provider"], r["role"], r["window"], r["texts"], r["truncated"]) for r in first.manifest["truncation"]] == [
+        ("hashing", "document", None, chunks, 0), ("hashing", "query", None, 110, 0)]  # hashing reads every token
+    audit = first.manifest["data_audit"]
+    assert audit["languages"]["queries"] == {"en": 86, "hi": 12, "hinglish": 12}  # the sample's own labels
+    assert (audit["duplicates"]["groups"], audit["duplicates"]["relevant_ranked_below_unjudged_twin"]) == (0, {})
+    report = (base / "out" / "report.md").read_text(encoding="utf-8")
+    assert "## Data audit" in report and "No duplicate documents" in report

@@ -376,7 +376,7 @@ def test_detect_language_by_script():
     assert detect_language("NFL में 308 अंक") == "hi"  # Devanagari letters are the majority
     assert detect_language("The Panthers in the NFL में") == "en"
     assert detect_language("aap kaise ho") == "en"  # Hinglish cannot be told by script
-    assert detect_language("42 !") == "en"
+    assert detect_language("42 !") == "und"  # no letter: no script to tell by
 
 
 # ---------------------------------------------------------------- real collections

@@ -36,13 +36,48 @@ def test_unknown_key_is_named(tmp_path):
     ("k: [0, 10]\n", "k: Value error, k must be a non-empty list of positive integers"),
     ("chunking: {strategy: fixed, size: 10, overlap: 10}\n", "overlap (10) must be smaller than chunking.size (10)"),
     ("indexes: {ivf: {nprobe: []}}\n", "nprobe must be a non-empty list"),
-    ("depth: 5\n", "depth (5) must be at least the largest k (20)"),
+    ("depth: 5\n", "k: 20 is above depth (5): a run retrieves 5 documents per query; raise depth to at least 20"),
 ])
 def test_bad_values_are_explained(tmp_path, extra, message):
     with pytest.raises(SpecError) as error:
         load_spec(_write(tmp_path, MINIMAL + extra))
     assert message in str(error.value)
     assert str(tmp_path / "spec.yaml") in str(error.value)
+
+
+RERANKED = MINIMAL + """rerankers: [{name: r, kind: embedding-rescore, options: {provider: hashing}}]
+lexical: [{name: b}]
+"""
+
+
+def test_cutoffs_deeper_than_the_retrieval_are_refused_with_their_key_paths_and_the_other_errors(tmp_path):
+    systems = """systems:
+  - {name: ok, first: h/flat, rerank: r, top_n: 20}
+  - {name: big, first: h/flat, rerank: r, top_n: 500}
+  - {name: defaulted, first: h/flat, rerank: r}
+  - {name: fused, first: "bm25:b", second: h/flat, fusion: {depth: 10}, rerank: r, top_n: 15}
+  - {name: on-fused, first: fused, rerank: r, top_n: 12}
+k: [5, 10, 50]
+depth: 20
+providers: [{name: h, kind: hashing, options: {bogus: 1}}]
+"""
+    with pytest.raises(SpecError) as error:
+        load_spec(_write(tmp_path, RERANKED.replace("providers: [{name: h, kind: hashing}]\n", "") + systems))
+    lines = [line.strip() for line in str(error.value).splitlines()[1:]]
+    assert lines == [
+        "k: 50 is above depth (20): a run retrieves 20 documents per query; raise depth to at least 50 or drop the cutoff",
+        "systems[1].top_n: 500 is above the spec's depth (20): only 20 documents per query reach the reranker; "
+        "set top_n to at most 20 or raise the depth",
+        "systems[2].top_n: 100 (the default) is above the spec's depth (20): only 20 documents per query reach the "
+        "reranker; set top_n to at most 20 or raise the depth",
+        "systems[3].fusion.depth: 10 is below the largest k (50): the fused ranking would be scored deeper than it "
+        "goes; set it to at least 50",
+        "systems[3].top_n: 15 is above its fusion's depth (10): only 10 documents per query reach the reranker; "
+        "set top_n to at most 10 or raise the depth",
+        "systems[4].top_n: 12 is above the depth of system 'fused' (10): only 10 documents per query reach the "
+        "reranker; set top_n to at most 10 or raise the depth",
+        "providers[0].options.bogus: unknown key (expected: dim, word_ngrams, char_ngrams, lowercase)",
+    ]
 
 
 def test_unknown_provider_kind_and_duplicate_names(tmp_path):

@@ -64,5 +64,5 @@ def test_raw_keeps_the_code_points_and_so_the_difference(tmp_path):
     docs_nfd, _, scores_nfd = scores(from_nfd, store)
     assert docs_nfd.embedded == 2  # the two accented texts are new to the cache (titles are not embedded here)
     assert not np.allclose(scores_nfd, scores_nfc)
-    with pytest.raises(DatasetError, match=r"unknown unicode form 'nfkc' \(expected one of \['nfc', 'raw'\]\)"):
+    with pytest.raises(DatasetError, match=r"unknown unicode form 'nfkc' \(expected one of \['nfc', 'raw', 'nfc_strip_joiners'\]\)"):
         load_dataset(nfc, "jsonl", "dev", unicode="nfkc")

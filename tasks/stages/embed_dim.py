@@ -99,10 +99,10 @@ def admit_journal(directory: Path, part: Path, store: Path, provider_name: str, 
     if schema is None or "vector" not in schema.names:
         return held
     dim = schema.field("vector").type.list_size
-    held = recorded_dim(directory) or held
-    if held is None:
+    recorded = recorded_dim(directory)
+    held = recorded or held or dim  # the caller's: the plan's, or its own batches' (an empty folder)
+    if dim == held and recorded is None:
         record_dim(directory, dim)
-        return dim
     if dim != held:
         target = shards.set_aside(shards.journal_path(part), store, f"{dim}-d vectors in a folder of {held}-d ones")
         if refuse:

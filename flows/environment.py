@@ -27,10 +27,10 @@ def check_environment() -> None:
 
 def check_prefect_home() -> None:
     """PREFECT_HOME must be a folder this process can write (Prefect keeps its profile, and the
-    embedded API its database and log, there). A folder created only to probe it is removed, so a
+    embedded API its database and log, there). Folders created only to probe it are removed, so a
     run refused later leaves no trace."""
     home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
-    created = not home.exists()
+    created = [folder for folder in (home, *home.parents) if not folder.exists()]  # deepest first
     try:
         home.mkdir(parents=True, exist_ok=True)
         probe = home / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -39,9 +39,9 @@ def check_prefect_home() -> None:
     except OSError as error:
         raise EnvironmentFault(f"PREFECT_HOME {home} cannot be written ({_reason(error)}); point PREFECT_HOME "
                                "at a writable folder") from error
-    if created:
+    for folder in created:
         with contextlib.suppress(OSError):
-            home.rmdir()
+            folder.rmdir()
 
 
 def check_api_url(url: str) -> None:

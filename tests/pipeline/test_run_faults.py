@@ -18,6 +18,7 @@ import pytest
 from support.faulty_server import FaultyServer
 from support.paths import ROOT
 from tests.pipeline.test_cli_errors import tiny_collection, write_spec
+from tests.pipeline.test_environment_faults import tmpfs  # noqa: F401  (a fixture)
 
 FIX = "start that server, correct the variable, or unset it (retbench then starts its own API for the run)"
 
@@ -82,6 +83,15 @@ def test_a_prefect_home_that_cannot_be_written_is_one_line(tmp_path, spec):
     done = retbench("run", spec, cwd=tmp_path, PREFECT_HOME=str(home))
     assert (done.returncode, done.stderr) == (2, f"retbench: PREFECT_HOME {home} cannot be written (a parent is a file, "
                                                  "not a folder); point PREFECT_HOME at a writable folder\n")
+
+
+def test_a_read_only_prefect_home_is_one_line(tmp_path, spec, tmpfs):  # noqa: F811
+    point, remount = tmpfs
+    (point / "prefect").mkdir()
+    remount("ro")
+    done = retbench("run", spec, cwd=tmp_path, PREFECT_HOME=str(point / "prefect"))
+    assert (done.returncode, done.stderr) == (2, f"retbench: PREFECT_HOME {point / 'prefect'} cannot be written "
+                                                 "(read-only filesystem); point PREFECT_HOME at a writable folder\n")
 
 
 def test_a_port_that_cannot_be_bound_is_one_line(tmp_path, spec):

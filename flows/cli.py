@@ -94,8 +94,10 @@ def _end_process(code: int) -> None:
 
 def _run(args) -> int:
     import flows  # noqa: F401  (sets Prefect's environment defaults first)
+    from flows.environment import check_environment
     from flows.prefect_server import preload_embedded_api
 
+    check_environment()  # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts
     # The API server's process imports Prefect's server (seconds) while this one checks the
     # inputs, and serves only once they pass: a typo, a missing dataset, a bad grade or an
     # output_dir that is a file fails in about a second (on a small dataset), and no server ever started.

@@ -32,8 +32,10 @@ def _is_expected(error: BaseException) -> bool:
     from tasks.providers.secrets import SecretLookupError
     from tasks.datasets.errors import DatasetError
     from tasks.store.integrity import StoreError
+    from flows.environment import EnvironmentFault
 
-    if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError)):
+    if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
+                          EnvironmentFault)):
         return True
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

@@ -21,11 +21,12 @@ import ctypes
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from flows.environment import EnvironmentFault, api_start_failure, loopback_port
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What SubprocessASGIServer._run_uvicorn_command adds to the environment (Prefect 3.4-3.9).
@@ -41,12 +42,6 @@ def _die_with_parent(parent_pid: int, prctl) -> None:
     prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class EmbeddedApi:
@@ -65,9 +60,7 @@ class EmbeddedApi:
         with httpx.Client() as client:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"the embedded Prefect API server exited with code "
-                                       f"{self.process.returncode} while starting (port {self.port}); "
-                                       f"its log: {self.log_path}")
+                    raise api_start_failure(self.process.returncode, self.port, self.log_path)
                 try:
                     if client.get(f"{self.api_url}/health", timeout=2).status_code == 200:
                         self._yield_to_the_run()
@@ -75,8 +68,8 @@ class EmbeddedApi:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.05)
-        raise RuntimeError(f"the embedded Prefect API server did not answer within {timeout:.0f} s; "
-                           "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a busy machine")
+        raise EnvironmentFault(f"the embedded Prefect API server did not answer within {timeout:.0f} s (its log: "
+                               f"{self.log_path}); raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a busy machine")
 
     def _yield_to_the_run(self) -> None:
         """Its start-up was on the run's critical path; what it does from now on (recording
@@ -150,7 +143,7 @@ def preload_embedded_api() -> PendingApi | None:
     if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() in {"0", "false", "no"}:
         return None
     prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
-    port = _free_loopback_port()
+    port = loopback_port()  # RETBENCH_API_PORT, or a free one; one that cannot be bound is refused now
     parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
     # The server's own messages (e.g. a request cut off when it is stopped at the end of a run)
     # go to a file in PREFECT_HOME, not into the run's console output.

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
 from tasks.providers.fingerprint import full_fingerprint
+from tasks.stages import embed_dim
 from tasks.stages.vectors import l2_normalized
 from tasks.store.build import StageResult, build_once
 from tasks.store import shards
@@ -104,7 +105,7 @@ def embed_texts(
     directory, keys, set_key, set_path = set_address(provider, ids, texts, role, store)
     # One writer per provider folder: a second run waits here, then finds the rows cached.
     with shards.folder_lock(directory):
-        live = open_folder(directory, provider, store)
+        live = open_folder(directory, provider, store, provider_name)
         result = _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path,
                                store, batch_size, progress, force, live, started)
         if force:
@@ -137,12 +138,21 @@ def embedding_set_key(fp_hash: str, role: Role, keys: Sequence[str], ids: Sequen
     return stable_hash(fp_hash, role, list(keys), list(ids))
 
 
-def open_folder(directory: Path, provider: Provider, store: Path) -> "LiveRows":
-    """The provider's cache folder made ready (its fingerprint.json, healed shards); its live rows.
-    Call with the folder's lock held."""
+def open_folder(directory: Path, provider: Provider, store: Path, provider_name: str) -> "LiveRows":
+    """The provider's cache folder made ready (its fingerprint.json, shards of its one dimension,
+    healed); its live rows, with that dimension. Call with the folder's lock held."""
     if not (directory / "fingerprint.json").exists():
         write_json(directory / "fingerprint.json", cache_dir_for(store, provider)[1])
-    return heal_cache(directory, store)
+    dim = embed_dim.settle(directory, store, provider_name)
+    live = heal_cache(directory, store)
+    live.dim = dim
+    return live
+
+
+def speaker(provider: Provider) -> str:
+    """Who returned the vectors, in a message about their dimension."""
+    # Not isinstance(HttpProvider): importing it imports httpx, which a local provider never needs.
+    return "the server" if getattr(getattr(provider, "options", None), "base_url", None) else "the model"
 
 
 def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, set_key, set_path, store,
@@ -157,10 +167,9 @@ def _embed_locked(provider, provider_name, ids, texts, keys, role, directory, se
             cached_keys_in_order.append(key)
         elif key not in missing:
             missing[key] = text
-    known_dim = cache_dim(directory) if shard_paths(directory) else None
-    dim, tokens, token_source = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, known_dim)
+    dim, tokens, token_source = _embed_missing(provider, role, missing, directory, batch_size, progress, provider_name, live.dim)
     if dim is None:
-        dim = cache_dim(directory)
+        dim = live.dim if live.dim is not None else cache_dim(directory)
     cached_tokens, cached_source = _cached_tokens(provider, cached_texts, cached_keys_in_order, live, role)
     from_cache = len(cached_texts)
 
@@ -217,12 +226,11 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
     try:
         for batch_keys, raw, batch_tokens, source, row_tokens in batches:
             vectors = _checked(raw, len(batch_keys), provider_name)
-            if dim is not None and vectors.shape[1] != dim:
-                raise ValueError(
-                    f"provider {provider_name!r} returned dimension {vectors.shape[1]}, but {directory} holds dimension {dim}"
-                )
-            dim = vectors.shape[1]
+            embed_dim.check_batch(provider_name, vectors.shape[1], dim, directory, speaker(provider))
             new_shards.append(_write_shard(directory, batch_keys, vectors, tokens=row_tokens))
+            if dim is None:  # the folder's first vectors: their dimension is the folder's from now on
+                dim = vectors.shape[1]
+                embed_dim.record_dim(directory, dim)
             done += len(batch_keys)
             tokens += batch_tokens
             sources.append(source)
@@ -309,6 +317,7 @@ class LiveRows(dict):
     """Live cache keys -> their stored token count (None: stored before counts were kept)."""
 
     source = "none"  # the weakest token source among the stored counts
+    dim: int | None = None  # the folder's vector dimension (None: no vectors yet)
 
 
 def heal_cache(directory: Path, store: Path) -> LiveRows:
@@ -360,6 +369,9 @@ def cached_keys(directory: Path) -> set[str]:
 
 
 def cache_dim(directory: Path) -> int:
+    recorded = embed_dim.recorded_dim(directory)
+    if recorded is not None:
+        return recorded
     for path in shard_paths(directory):
         return pq.read_schema(path).field("vector").type.list_size
     raise FileNotFoundError(f"no cached vectors under {directory}")
@@ -423,6 +435,12 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
         fresh = shard_keys.join(served, on="key", how="anti").unique(subset="key", keep="first", maintain_order=True)
         hits = fresh.join(keys, on="key", how="inner").select("row", "position").sort("row")
         if hits.height:
+            held = embed_dim.shard_dim(path)
+            if held != dim:  # only a folder nobody healed since a model changed: never an IndexError below
+                raise embed_dim.DimensionChanged(
+                    f"{embedding_set.provider}: embedding cache {embedding_set.cache_dir} holds {held}-d vectors in "
+                    f"{path.name}, but this set is {dim}-d (model changed?): rerun (the embed stage sets such shards "
+                    f"aside), or remove {embedding_set.cache_dir}")
             plans.append((path, hits["row"].to_numpy(), hits["position"].to_numpy()))
             served = pl.concat([served, fresh.select("key")])
         del shard_keys, fresh, hits

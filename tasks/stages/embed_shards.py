@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from tasks.providers import Provider, Role
 from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table,
-                                _weakest, cache_dim, heal_cache, open_folder, set_address, shard_paths)
+                                _weakest, cache_dim, heal_cache, open_folder, set_address, shard_paths, speaker)
+from tasks.stages import embed_dim
 from tasks.store import shards
 from tasks.store.build import build_once
 from tasks.store.integrity import parquet_readable
@@ -76,7 +77,7 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
     started = time.time()
     directory, keys, set_key, set_path = set_address(provider, ids, texts, role, store)
     with shards.folder_lock(directory):
-        live = open_folder(directory, provider, store)
+        live = open_folder(directory, provider, store, provider_name)
         cached = set() if force else live
         missing: dict[str, str] = {}
         cached_texts, cached_keys = [], []
@@ -92,7 +93,7 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
         set_table = pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())})
         build_once(store, set_path, lambda tmp: pq.write_table(set_table, tmp, compression="zstd"),
                    parse=parquet_readable, lock=False)
-        dim = cache_dim(directory) if shard_paths(directory) else None
+        dim = live.dim
     return EmbedPlan(provider=provider_name, role=role, store=str(store), cache_dir=str(directory),
                      set_path=str(set_path), set_key=set_key, count=len(keys),
                      missing=missing_count, repeated=len(keys) - missing_count - len(cached_texts), parts=tuple(str(p) for p in parts), dim=dim, force=force,
@@ -170,6 +171,8 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                 done = _written_since(directory, int(table.schema.metadata[_PLANNED]))
                 # A worker killed mid-part left its journal: those rows go into the cache first.
                 with shards.folder_lock(directory):
+                    dim = embed_dim.admit_journal(directory, path, Path(plan.store), plan.provider, dim,
+                                                  speaker(provider), refuse=False)
                     done.update(shards.shard_from_journal(directory, path, skip=done))
                 items = [(k, t) for k, t in zip(table.column("key").to_pylist(), table.column("text").to_pylist())
                          if k not in done]
@@ -178,6 +181,9 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                 tokens += part_tokens
                 sources.append(source)
                 with shards.folder_lock(directory):
+                    # Another part (another process) may have recorded another dimension meanwhile.
+                    dim = embed_dim.admit_journal(directory, path, Path(plan.store), plan.provider, dim,
+                                                  speaker(provider), refuse=True)
                     shards.shard_from_journal(directory, path)
                     shards.remove_pending(path)
     return PartResult(embedded, tokens, _weakest(sources), dim)
@@ -206,9 +212,7 @@ def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, 
         append = None
         for batch_keys, raw, batch_tokens, source, row_tokens in batches:
             vectors = _checked(raw, len(batch_keys), plan.provider)
-            if dim is not None and vectors.shape[1] != dim:
-                raise ValueError(f"provider {plan.provider!r} returned dimension {vectors.shape[1]}, "
-                                 f"but {plan.cache_dir} holds dimension {dim}")
+            embed_dim.check_batch(plan.provider, vectors.shape[1], dim, plan.cache_dir, speaker(provider))
             dim = vectors.shape[1]
             rows = _vector_table(batch_keys, vectors, row_tokens)
             if append is None:  # the schema (dimension) is known with the first batch
@@ -231,8 +235,9 @@ def finish_embedding(plan: EmbedPlan, parts: Sequence[PartResult]) -> EmbeddingS
         with shards.folder_lock(plan.cache_dir):
             heal_cache(Path(plan.cache_dir), Path(plan.store))  # the old rows of re-embedded texts are dead now
     dims = {p.dim for p in parts if p.dim is not None} | ({plan.dim} if plan.dim is not None else set())
-    if len(dims) > 1:
-        raise ValueError(f"provider {plan.provider!r}: parts returned dimensions {sorted(dims)}")
+    if len(dims) > 1:  # admit_journal refuses this first; kept for a part that wrote nothing
+        ordered = sorted(dims, key=lambda d: d != plan.dim)
+        raise embed_dim.changed(plan.provider, ordered[1], ordered[0], plan.cache_dir)
     if dims:
         dim = dims.pop()
     else:

@@ -97,8 +97,9 @@ def fetched_with_sidecar(path: Path) -> bool:
     return remote is not None and remote.fetch(sidecar(path)) and remote.fetch(path)
 
 
-def quarantine(path: str | Path, store: str | Path, reason: str) -> Path | None:
-    """Move `path` (and its sidecar) under `<store>/quarantine/`, keeping its relative path."""
+def quarantine(path: str | Path, store: str | Path, reason: str, quiet: bool = False) -> Path | None:
+    """Move `path` (and its sidecar) under `<store>/quarantine/`, keeping its relative path.
+    `quiet`: the caller tells it, in its own words (several files in one line)."""
     path, store = Path(path), Path(store)
     try:
         relative = path.resolve().relative_to(store.resolve())
@@ -118,7 +119,8 @@ def quarantine(path: str | Path, store: str | Path, reason: str) -> Path | None:
     # so the next run does not fetch it again; the rebuilt file is uploaded in its place.
     removed(sidecar(path))
     removed(path)
-    log.warning("damaged store file %s: %s; moved to %s and it will be recomputed", path, reason, target)
+    if not quiet:
+        log.warning("damaged store file %s: %s; moved to %s and it will be recomputed", path, reason, target)
     return target
 
 

@@ -62,6 +62,12 @@ def remove_shard(path: Path) -> None:
         part.unlink(missing_ok=True)
 
 
+def set_aside(path: Path, store: str | Path, reason: str) -> Path | None:
+    """An intact file that does not belong in its folder (a shard or journal of another vector
+    dimension) moved to quarantine, sidecar and all; the caller tells the user in one line."""
+    return quarantine(path, store, reason, quiet=True)
+
+
 def merge_shards(directory: str | Path, shards: list[Path]) -> None:
     """Shards written by one call become one. The merged shard is on disk before the small ones
     go, so a crash here leaves duplicate rows, never a gap (the next scan's caller drops them)."""
@@ -252,6 +258,15 @@ def shard_from_journal(directory: str | Path, part: Path, skip: set[str] = froze
         write_checked(Path(directory) / name, write)
     drop_journal(part)
     return [key for b in batches for key in b.column("key").to_pylist()]
+
+
+def journal_schema(part: Path) -> pa.Schema | None:
+    """The schema a part's journal was opened with (None: no journal, or not even its header)."""
+    try:
+        with pa.ipc.open_stream(pa.memory_map(str(journal_path(part)))) as reader:
+            return reader.schema
+    except (pa.ArrowInvalid, OSError, EOFError):
+        return None
 
 
 def drop_journal(part: Path) -> None:

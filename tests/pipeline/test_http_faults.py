@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+from tasks.stages.embed_dim import DimensionChanged
 from tasks.stages.embed import cached_keys, embed_texts, load_vectors, shard_paths
 from tasks.providers import create_provider
 from tasks.providers.http_base import (
@@ -183,8 +184,12 @@ def test_failure_with_requests_in_flight_keeps_every_completed_batch(server, tmp
 def test_dimension_change_against_the_cache_is_refused(server, tmp_path):
     embed_texts(provider(server), "fake", ["a"], ["text 0"], "document", tmp_path)
     server.dim = 6  # the "model" behind the same URL and name changed
-    with pytest.raises(ValueError, match="returned dimension 6, but .* holds dimension 8"):
+    (folder,) = tmp_path.glob("embeddings/*")
+    with pytest.raises(DimensionChanged) as caught:
         embed_texts(provider(server), "fake", ["b"], ["text 1"], "document", tmp_path)
+    assert str(caught.value) == (f"fake: the server now returns 6-d vectors; the cache holds 8-d ones (model changed?): "
+                                 f"set a new model name, or remove {folder}")
+    assert len(shard_paths(folder)) == 1 and len(cached_keys(folder)) == 1  # the 8-d row kept, no 6-d one
 
 
 def test_wrong_dimension_against_the_requested_dimensions_is_refused(server, tmp_path):

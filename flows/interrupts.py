@@ -27,6 +27,7 @@ _armed = threading.Event()
 _before_flow = threading.Event()
 _children: list[Callable[[], None]] = []  # each ends one child process at once (a second signal)
 _received: list[int] = []
+_passed_on: list[Callable[[int], None]] = []  # pass a stop request to other processes (Dask workers)
 
 
 def exit_code(signum: int | None) -> int:
@@ -40,12 +41,27 @@ def end_with_process(kill: Callable[[], None]) -> None:
     _children.append(kill)
 
 
+def pass_stop_on(tell: Callable[[int], None]) -> None:
+    """`tell(signum)` asks other processes running this run's stage calls to stop too."""
+    _passed_on.append(tell)
+
+
+def _tell_the_others(signum: int) -> None:
+    for tell in _passed_on:
+        try:
+            tell(signum)
+        except Exception:  # noqa: BLE001  (a worker gone already has nothing to stop)
+            pass
+
+
 def received(signum: int) -> None:
     """A signal arrived (the watcher thread calls this): the first asks for a stop, a second
     ends the process now; nothing more would be kept by waiting (every finished batch is on disk)."""
     _received.append(signum)
     if len(_received) == 1:
         request_stop(signum)
+        if _passed_on:  # in its own thread: this one must stay free to hear a second signal
+            threading.Thread(target=_tell_the_others, args=(signum,), name="retbench-stop", daemon=True).start()
         return
     for kill in _children:
         try:
@@ -98,16 +114,15 @@ def armed() -> bool:
     return _armed.is_set()
 
 
-def refusing_after_stop(fn: Callable, label: str) -> Callable:
+def refusing_after_stop(fn: Callable, name: Callable[[], str]) -> Callable:
     """`fn` (a stage call) that raises `Interrupted` instead of starting once a stop is requested:
-    with one stage call at a time, the calls queued behind the stopped one end at once."""
+    with one stage call at a time, the calls queued behind the stopped one end at once. `name()`
+    names the call in the message ("embed-minilm-query")."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if stop_requested():
-            from prefect.runtime import task_run
-
-            raise Interrupted.before(task_run.name or label)  # the call's own name: "embed-minilm-query"
+            raise Interrupted.before(name())
         return fn(*args, **kwargs)
 
     return call

@@ -125,6 +125,8 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     if interrupts.armed() or deployment.id is not None:
         interrupts.install()
         _pass_stop_to_dask_workers()
+    if deployment.id is not None:
+        interrupts.quiet_stops()
     spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     selection = Selection(stage=stage, providers=tuple(providers or ()), force=force, remeasure=remeasure)
     try:

@@ -15,6 +15,7 @@ to put ours back.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import threading
@@ -126,3 +127,25 @@ def refusing_after_stop(fn: Callable, name: Callable[[], str]) -> Callable:
         return fn(*args, **kwargs)
 
     return call
+
+
+class QuietStops(logging.Filter):
+    """Drops the records that carry a stop's traceback: each stage call that raised `Interrupted`,
+    and the engine's `CancelledRun` of a deployment's run that ended Cancelled with our line.
+    The run's state lines and that one line say what happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = record.exc_info[1] if record.exc_info else None
+        return failure is None or not (isinstance(failure, Interrupted)
+                                       or str(failure).startswith("retbench: interrupted"))
+
+
+def quiet_stops() -> None:
+    """Attach QuietStops to every logging handler configured so far (Prefect's included); the
+    command line has its own filter (flows/errors.py), a deployment's flow-run process this one."""
+    loggers = [logging.getLogger()] + [logger for logger in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(logger, logging.Logger)]
+    for handler in {h for logger in loggers for h in logger.handlers}:
+        if not any(isinstance(f, QuietStops) for f in handler.filters):
+            handler.addFilter(QuietStops())
+

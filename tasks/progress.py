@@ -14,7 +14,7 @@ from typing import Callable
 
 _stop = threading.Event()
 _stop_signal: list[int] = []
-_raised: list["Interrupted"] = []  # in order: the first one with counts is the loop that was in flight
+_raised: list["Interrupted"] = []  # every stop raised in this process, in order (first_interruption)
 
 
 class Interrupted(Exception):
@@ -44,8 +44,8 @@ class Interrupted(Exception):
 
 def first_interruption() -> "Interrupted | None":
     """What this process reports when a stop ended its run: the loop that was stopped in flight
-    (with counts: the last one raised, as a stage may restate its loop's in its own units),
-    else the first stage that refused to start."""
+    (with counts; on Dask, several parts stop at once: the last one to report), else the first
+    stage that refused to start."""
     counted = [stop for stop in _raised if stop.done is not None]
     return counted[-1] if counted else _raised[0] if _raised else None
 

@@ -46,3 +46,15 @@ def test_a_stage_call_queued_behind_a_stop_refuses_to_start():
     interrupts.received(signal.SIGINT)
     with pytest.raises(Interrupted, match="^interrupted before index-minilm: "):
         call(1)
+
+
+def test_the_tracebacks_of_a_stop_are_dropped_and_other_failures_kept():
+    import logging
+
+    def record(error):
+        return logging.LogRecord("prefect", logging.ERROR, __file__, 1, "failed", None, (type(error), error, None))
+
+    quiet = interrupts.QuietStops()
+    assert not quiet.filter(record(Interrupted("embed minilm documents", 8, 400, "texts", signal.SIGTERM)))
+    assert not quiet.filter(record(RuntimeError("retbench: interrupted during embed minilm documents: ...")))
+    assert quiet.filter(record(RuntimeError("index file is damaged")))

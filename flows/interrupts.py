@@ -122,9 +122,13 @@ def refusing_after_stop(fn: Callable, name: Callable[[], str]) -> Callable:
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if stop_requested():
-            raise Interrupted.before(name())
-        return fn(*args, **kwargs)
+        try:
+            if stop_requested():
+                raise Interrupted.before(name())
+            return fn(*args, **kwargs)
+        except Interrupted:
+            quiet_stops()  # in this process (a Dask worker's too), before Prefect logs the failure
+            raise
 
     return call
 

@@ -40,12 +40,15 @@ def test_the_first_signal_asks_for_a_stop_and_the_second_ends_at_once_with_the_c
     assert ended == ["api server"] and exited.value.args == (130,)  # the second signal's code
 
 
-def test_a_stage_call_queued_behind_a_stop_refuses_to_start():
+def test_a_stage_call_queued_behind_a_stop_refuses_to_start(monkeypatch):
+    quieted = []
+    monkeypatch.setattr(interrupts, "quiet_stops", lambda: quieted.append(True))  # not pytest's handlers
     call = interrupts.refusing_after_stop(lambda x: x + 1, lambda: "index-minilm")
     assert call(1) == 2
     interrupts.received(signal.SIGINT)
     with pytest.raises(Interrupted, match="^interrupted before index-minilm: "):
         call(1)
+    assert quieted == [True]  # its traceback is kept out of the logs
 
 
 def test_the_tracebacks_of_a_stop_are_dropped_and_other_failures_kept():

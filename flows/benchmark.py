@@ -15,11 +15,15 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import UnfinishedRun
-from prefect.runtime import flow_run
+from prefect.runtime import deployment, flow_run, task_run
+from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import interrupts
+from flows.interrupts import refusing_after_stop
 from tasks.config.spec import load_spec, slug
 from tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
+from tasks.progress import Interrupted, first_interruption
 from tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
 
 
@@ -71,7 +75,8 @@ class PrefectRunner:
     def submit(self, stage: str, fn, *args, label: str = "", **kwargs) -> StageFuture:
         key = (stage, fn)
         if key not in self._tasks:
-            self._tasks[key] = task(fn, name=stage, cache_policy=NO_CACHE, persist_result=False)
+            call = refusing_after_stop(fn, lambda: task_run.name or stage)
+            self._tasks[key] = task(call, name=stage, cache_policy=NO_CACHE, persist_result=False)
         upstream: list[StageFuture] = []
         args, kwargs = _unwrap(args, upstream), _unwrap(kwargs, upstream)
         future = self._tasks[key].with_options(task_run_name=label or stage).submit(*args, **kwargs)
@@ -92,6 +97,18 @@ def publish_artifacts(spec):
     return publish
 
 
+def _pass_stop_to_dask_workers() -> None:
+    """On Dask the stage calls run in the workers' processes: a stop request is sent to each."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    runner = context.task_runner if context else None
+    if runner is not None and type(runner).__name__ == "DaskTaskRunner":
+        from tasks.progress import request_stop
+
+        interrupts.pass_stop_on(lambda signum: runner.client.run(request_stop, signum))
+
+
 # One stage call at a time: the local models already use every core, and two at once would
 # fight over CPU and memory. `--dask` spreads the providers' stages over processes instead.
 @flow(name="benchmark", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -102,10 +119,26 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     # The stages log progress and the summary at INFO on the "retbench" logger, which Prefect
     # shows as this run's logs (PREFECT_LOGGING_EXTRA_LOGGERS); its default level would hide them.
     logging.getLogger("retbench").setLevel(logging.INFO)
+    # SIGINT/SIGTERM stop the run after the batch in flight (flows/interrupts.py), in place of
+    # the SIGTERM handler Prefect's engine has just installed for this flow run: in `retbench run`
+    # and in a deployment's flow-run process, not in a Python caller's process (a test's).
+    if interrupts.armed() or deployment.id is not None:
+        interrupts.install()
+        _pass_stop_to_dask_workers()
+    if deployment.id is not None:
+        interrupts.quiet_stops()
     spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     selection = Selection(stage=stage, providers=tuple(providers or ()), force=force, remeasure=remeasure)
-    result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(),
-                          run_id=str(flow_run.id or uuid.uuid4()), on_published=publish_artifacts(spec))
+    try:
+        result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(),
+                              run_id=str(flow_run.id or uuid.uuid4()), on_published=publish_artifacts(spec))
+    except Interrupted as stop:
+        stop = first_interruption() or stop
+        if deployment.id is None:
+            raise stop from None  # `retbench run` prints it as its one line, exit 130/143
+        # A deployment's run cancelled from Prefect (its worker sent SIGTERM): a Cancelled run
+        # that says what was kept, rather than a failure with a traceback.
+        return Cancelled(message=f"retbench: {stop}")
     return result.output_dir
 
 

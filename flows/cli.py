@@ -49,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command_itself = argv is None and args.command == "run"  # not a caller in Python, whose process this is not
     if command_itself:
+        from flows import interrupts
         from tasks.allocator import keep_freed_memory
 
         keep_freed_memory()  # before any thread or child process starts (why: tasks/allocator.py)
+        interrupts.install(before_flow=True)  # SIGINT/SIGTERM: stop after the batch in flight, exit 130/143
     code = _dispatch(args)
     if command_itself:
         _end_process(code)
@@ -63,12 +65,18 @@ def _dispatch(args) -> int:
         return args.func(args)
     except Exception as error:
         from flows.errors import EXIT_EXPECTED, expected_failure, one_line
+        from flows.interrupts import exit_code
+        from tasks.progress import Interrupted, first_interruption
 
         failure = expected_failure(error)
         if failure is None:
             raise
         if getattr(args, "debug", False):
             traceback.print_exception(error)
+        if isinstance(failure, Interrupted):
+            stop = first_interruption() or failure  # the loop stopped in flight, not a stage refused after it
+            print(one_line(stop), file=sys.stderr)
+            return exit_code(stop.signum)
         print(one_line(failure), file=sys.stderr)
         return EXIT_EXPECTED
 
@@ -117,6 +125,10 @@ def _run(args) -> int:
         raise
     # It boots (migrations, services) while this process imports the pipeline and Prefect.
     api = pending.start() if pending is not None else None
+    if api is not None:
+        from flows.interrupts import end_with_process
+
+        end_with_process(api.process.kill)  # a second Ctrl-C ends the run at once, and the server with it
     try:
         from flows.benchmark import with_task_runner
         from flows.errors import quiet_expected_failures

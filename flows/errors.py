@@ -31,11 +31,13 @@ def _is_expected(error: BaseException) -> bool:
     from tasks.providers.http_base import HttpProviderError
     from tasks.providers.secrets import SecretLookupError
     from tasks.datasets.errors import DatasetError
+    from tasks.progress import Interrupted
     from tasks.store.integrity import StoreError
     from flows.environment import EnvironmentFault
 
+    # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
-                          EnvironmentFault)):
+                          EnvironmentFault, Interrupted)):
         return True
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

@@ -155,6 +155,10 @@ def preload_embedded_api() -> PendingApi | None:
          "--log-level", "error", "--lifespan", "on"],
         env={**_SERVER_DEFAULTS, **os.environ, **_SERVER_ENV}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent, prctl),
+        # Its own session: a Ctrl-C sent to the terminal's process group would stop it under the
+        # run, which is still sending it logs and events (then "EventsWorker failed" and tracebacks);
+        # the run stops it itself (flows/interrupts.py), or the parent-death signal does.
+        start_new_session=True,
     )
     return PendingApi(process, port, log_path, home_existed)
 

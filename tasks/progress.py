@@ -7,20 +7,47 @@ called after a batch is safely written, so raising `Interrupted` there keeps eve
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Callable
 
 _stop = threading.Event()
 _stop_signal: list[int] = []
+_raised: list["Interrupted"] = []  # every stop raised in this process, in order (first_interruption)
 
 
 class Interrupted(Exception):
-    """The run was asked to stop (SIGINT/SIGTERM or a cancelled flow run) between two batches."""
+    """The run was asked to stop (SIGINT/SIGTERM or a cancelled flow run) between two batches.
+    `done` is None when it stopped before a stage began (`Interrupted.before`)."""
 
-    def __init__(self, what: str, done: int, total: int, unit: str, signum: int | None):
+    def __init__(self, what: str, done: int | None, total: int | None, unit: str, signum: int | None,
+                 keeps: bool = True):
         self.what, self.done, self.total, self.unit, self.signum = what, done, total, unit, signum
-        super().__init__(f"interrupted during {what}: {done:,} of {total:,} {unit} kept; rerun to continue")
+        self.keeps = keeps
+        if done is None:
+            message = f"interrupted before {what}: the stages finished so far are kept; rerun to continue"
+        elif keeps:
+            message = f"interrupted during {what}: {done:,} of {total:,} {unit} kept; rerun to continue"
+        else:  # a measurement or a training: its result is written only at its end
+            message = f"interrupted during {what} after {done:,} of {total:,} {unit} (done again by the next run); rerun to continue"
+        super().__init__(message)
+        _raised.append(self)
+
+    @classmethod
+    def before(cls, what: str) -> "Interrupted":
+        return cls(what, None, None, "", stop_signal())
+
+    def __reduce__(self):  # picklable (a Dask worker's exception travels to the flow)
+        return type(self), (self.what, self.done, self.total, self.unit, self.signum, self.keeps)
+
+
+def first_interruption() -> "Interrupted | None":
+    """What this process reports when a stop ended its run: the loop that was stopped in flight
+    (with counts; on Dask, several parts stop at once: the last one to report), else the first
+    stage that refused to start."""
+    counted = [stop for stop in _raised if stop.done is not None]
+    return counted[-1] if counted else _raised[0] if _raised else None
 
 
 def request_stop(signum: int | None = None) -> None:
@@ -43,6 +70,12 @@ def clear_stop() -> None:
     """Forget a stop request (a new run in the same process, tests)."""
     _stop.clear()
     _stop_signal.clear()
+    _raised.clear()
+
+
+def _default_every() -> float:
+    # RETBENCH_PROGRESS_EVERY: seconds between progress lines; tests set 0 (a line per batch).
+    return float(os.environ.get("RETBENCH_PROGRESS_EVERY", "10"))
 
 
 def _duration(seconds: float) -> str:
@@ -57,28 +90,36 @@ def _duration(seconds: float) -> str:
 class Progress:
     """Counts work done of `total` `unit` for `what` ("embed minilm", "rerank e5-rescore"),
     logs a line at most every `every` seconds (and one at the end if any was logged), and
-    raises `Interrupted` from `advance` once a stop is requested."""
+    raises `Interrupted` from `advance` once a stop is requested. `keeps`: each unit done is
+    kept (a cached batch); False for a measurement or training written only at its end."""
 
-    def __init__(self, what: str, total: int, unit: str = "texts", *, every: float = 10.0,
-                 emit: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
-        self.what, self.total, self.unit, self.every = what, total, unit, every
+    def __init__(self, what: str, total: int, unit: str = "texts", *, every: float | None = None,
+                 emit: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 keeps: bool = True):
+        self.what, self.total, self.unit, self.keeps = what, total, unit, keeps
+        self.every = _default_every() if every is None else every
         self.emit = emit or logging.getLogger("retbench.progress").info
         self.clock = clock
-        self.done = 0
+        self.done = self.before = 0  # before: units a stopped run already kept (no part of the rate)
         self.started = self.last = clock()
         self.lines = 0
+
+    def already(self, count: int) -> None:
+        """`count` units were done before this loop began (by a run that was stopped)."""
+        self.done += count
+        self.before += count
 
     def line(self) -> str:
         elapsed = self.clock() - self.started
         share = self.done / self.total if self.total else 1.0
         text = f"{self.what}: {self.done:,}/{self.total:,} {self.unit} ({100 * share:.0f}%), {_duration(elapsed)} elapsed"
-        if 0 < self.done < self.total:
-            text += f", ETA {_duration(elapsed * (self.total - self.done) / self.done)}"
+        if self.done < self.total and self.done > self.before:
+            text += f", ETA {_duration(elapsed * (self.total - self.done) / (self.done - self.before))}"
         return text
 
     def check_stop(self) -> None:
         if _stop.is_set():
-            raise Interrupted(self.what, self.done, self.total, self.unit, stop_signal())
+            raise Interrupted(self.what, self.done, self.total, self.unit, stop_signal(), self.keeps)
 
     def advance(self, count: int = 1) -> None:
         """Record `count` more units done (after they are safely kept), maybe log, then stop if asked."""

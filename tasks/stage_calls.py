@@ -209,7 +209,7 @@ def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: Bench
 
     def measure() -> pl.DataFrame:
         log.info(f"{provider.name}: latency profile, batch sizes {spec.latency.batch_sizes}, and one query per call")
-        return pl.concat([profile_latency(model, provider.name, texts, spec.latency),
+        return pl.concat([profile_latency(model, provider.name, texts, spec.latency, progress=log.info),
                           profile_query_latency(model, provider.name, queries, spec.latency)])
 
     table, measured = latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(model)),

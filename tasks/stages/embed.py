@@ -34,6 +34,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.progress import Progress
 from tasks.providers import Provider, Role
 from tasks.providers.fingerprint import full_fingerprint
 from tasks.stages import embed_dim
@@ -223,6 +224,7 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
     done = tokens = 0
     sources: list[str] = []
     batches = _batches(provider, role, items, batch_size)
+    shown = embed_progress(provider_name, role, len(items), progress)
     try:
         for batch_keys, raw, batch_tokens, source, row_tokens in batches:
             vectors = _checked(raw, len(batch_keys), provider_name)
@@ -234,14 +236,21 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
             done += len(batch_keys)
             tokens += batch_tokens
             sources.append(source)
-            if progress:
-                progress(f"{provider_name} {role} texts: embedded {done}/{len(items)} ({100 * done / len(items):.0f}%)")
+            shown.advance(len(batch_keys))  # the batch is on disk: a stop requested now keeps it
+        shown.finish()
     finally:
         batches.close()  # stops a provider's in-flight requests if we failed first
         # Also on failure: what was embedded stays, in fewer files.
         if len(new_shards) > 1:
             _merge_shards(directory, new_shards)
     return dim, tokens, _weakest(sources)
+
+
+def embed_progress(provider_name: str, role: str, total: int, emit: Callable[[str], None] | None) -> Progress:
+    """Progress of embedding `total` texts ("embed minilm documents: 1,216/3,000 texts ..."); it is
+    also where a stop request ends the loop, so it runs even when nobody reads the lines."""
+    kind = {"document": "documents", "query": "queries"}.get(role, f"{role} texts")
+    return Progress(f"embed {provider_name} {kind}", total, "texts", emit=emit or (lambda line: None))
 
 
 def _batches(provider: Provider, role, items, batch_size):

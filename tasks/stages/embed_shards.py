@@ -24,9 +24,10 @@ from typing import Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.progress import Progress
 from tasks.providers import Provider, Role
-from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table,
-                                _weakest, cache_dim, heal_cache, open_folder, set_address, shard_paths, speaker)
+from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table, _weakest,
+                                cache_dim, embed_progress, heal_cache, open_folder, set_address, shard_paths, speaker)
 from tasks.stages import embed_dim
 from tasks.store import shards
 from tasks.store.build import build_once
@@ -162,6 +163,9 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
     dim = plan.dim
     if not mine:
         return PartResult(0, 0, "none", dim)
+    # One count over this call's parts (one part holds the whole set by default): its total
+    # grows as each part is read; the stop is checked after every batch, not every part.
+    shown = embed_progress(plan.provider, plan.role, 0, progress)
     with _slot(plan.cache_dir):
         for path in mine:
             with shards.work_lock(path):
@@ -176,7 +180,9 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                     done.update(shards.shard_from_journal(directory, path, skip=done))
                 items = [(k, t) for k, t in zip(table.column("key").to_pylist(), table.column("text").to_pylist())
                          if k not in done]
-                count, part_tokens, source, dim = _embed_items(provider, plan, path, items, batch_size, dim, progress)
+                shown.total += table.num_rows
+                shown.already(table.num_rows - len(items))  # kept by a run that was stopped (its journal)
+                count, part_tokens, source, dim = _embed_items(provider, plan, path, items, batch_size, dim, shown)
                 embedded += count
                 tokens += part_tokens
                 sources.append(source)
@@ -186,6 +192,7 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                                                   speaker(provider), refuse=True)
                     shards.shard_from_journal(directory, path)
                     shards.remove_pending(path)
+    shown.finish()
     return PartResult(embedded, tokens, _weakest(sources), dim)
 
 
@@ -199,7 +206,7 @@ def _written_since(directory: Path, planned_ns: int) -> set[str]:
     return keys
 
 
-def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, progress):
+def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, shown: Progress):
     if not items:
         return 0, 0, "none", dim
     # Similar lengths in one batch waste less padding; the cache is keyed, so order does not matter.
@@ -222,9 +229,9 @@ def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, 
             done += len(batch_keys)
             tokens += batch_tokens
             sources.append(source)
-            # A line per tenth, not per batch: on Prefect every log line is an API call.
-            if progress and (done == len(items) or done * 10 // len(items) > (done - len(batch_keys)) * 10 // len(items)):
-                progress(f"{plan.provider} {plan.role} texts, part {part.stem}: embedded {done}/{len(items)}")
+            # The batch is in the part's journal: a stop requested now keeps it (the next run's
+            # plan claims the part and moves its journal into the cache).
+            shown.advance(len(batch_keys))
     return done, tokens, _weakest(sources), dim
 
 

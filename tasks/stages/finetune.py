@@ -22,6 +22,7 @@ import polars as pl
 from tasks.analysis.hard_negatives import (
     HELD_OUT_SPLIT, TRIPLET_KEYS, HeldOutSplitError, mining_split, normalised_query_text,
 )
+from tasks.progress import Progress
 from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
 from tasks.providers.sentence_transformers import SentenceTransformersProvider
 from tasks.datasets.errors import DatasetError
@@ -238,12 +239,23 @@ def _fit(base_path: Path, triples: list[dict], options: FinetunedOptions, out: P
     data = HFDataset.from_dict({k: [t[k] for t in triples] for k in TRIPLET_KEYS})
     log: list[dict] = []
 
+    shown: list[Progress] = []  # made when the trainer knows its step count
+
+    def say_with_loss(line: str) -> None:
+        say(f"{line}, loss {log[-1]['loss']:.4f}" if log else line)
+
     class LossLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
                 log.append({"step": state.global_step, "epoch": float(state.epoch or 0), "loss": float(logs["loss"]),
                             "seconds": time.perf_counter() - started})
-                say(f"fine-tune step {state.global_step}/{state.max_steps}: loss {logs['loss']:.4f}")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # A line at most every 10 s with the step count, ETA and loss; a stop request ends
+            # the training here (nothing is saved: the next run trains again).
+            if not shown:
+                shown.append(Progress("fine-tune", state.max_steps, "steps", emit=say_with_loss, keeps=False))
+            shown[0].advance()
 
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out / "checkpoints"), num_train_epochs=options.epochs, per_device_train_batch_size=options.batch_size,
@@ -255,6 +267,8 @@ def _fit(base_path: Path, triples: list[dict], options: FinetunedOptions, out: P
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
                                          loss=MultipleNegativesRankingLoss(model), callbacks=[LossLog()])
     trainer.train()
+    if shown:
+        shown[0].finish()
     model.max_seq_length = encode_length or model.max_seq_length  # saved with the base's length: it encodes what the base encodes
     model.save(str(out / "model"))
     import shutil

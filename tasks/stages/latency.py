@@ -6,13 +6,14 @@ concatenates the tables into `latency`.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
 from tasks.analysis.equivalence import quantile_band
 from tasks.config.measurement import LatencySpec
+from tasks.progress import Progress
 from tasks.providers import Provider
 
 LATENCY_SCHEMA = {
@@ -37,23 +38,31 @@ def _timed_row(latencies: Sequence[float], wall: float, texts: int, **setting) -
             "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p95_ms_low": p95_low, "p95_ms_high": p95_high}
 
 
-def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None) -> pl.DataFrame:
+def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str], spec: LatencySpec | None = None,
+                    progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """The `latency` rows of one provider (vectors are discarded, nothing is cached).
     Concurrency is swept only for providers whose calls may overlap (`Provider.concurrent`)."""
     spec = spec or LatencySpec()
     pool = [t for t in texts[: spec.texts] if t] or ["empty"]
     concurrent = provider.concurrent
-    rows = []
+    settings = []  # (batch size, concurrency)
     for batch_size in spec.batch_sizes:
         swept = concurrent and (spec.sweep_batch_sizes is None or batch_size in spec.sweep_batch_sizes)
-        for concurrency in (spec.concurrency if swept else [1]):
-            calls = spec.iterations * concurrency
-            # Different texts in every call, so a server-side cache cannot flatter the numbers.
-            batches = [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
-            latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
-            rows.append(_timed_row(latencies, wall, batch_size * calls, provider=provider_name, kind=provider.kind,
-                                   batch_size=batch_size, concurrency=concurrency, iterations=spec.iterations,
-                                   calls=calls, role=spec.role))
+        settings += [(batch_size, concurrency) for concurrency in (spec.concurrency if swept else [1])]
+    # Counted in texts embedded (a batch of 100 weighs 100 of 1): the ETA then follows the work.
+    shown = Progress(f"latency {provider_name}", sum(b * spec.iterations * c for b, c in settings), "texts",
+                     emit=progress or (lambda line: None), keeps=False)
+    rows = []
+    for batch_size, concurrency in settings:
+        calls = spec.iterations * concurrency
+        # Different texts in every call, so a server-side cache cannot flatter the numbers.
+        batches = [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
+        latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
+        rows.append(_timed_row(latencies, wall, batch_size * calls, provider=provider_name, kind=provider.kind,
+                               batch_size=batch_size, concurrency=concurrency, iterations=spec.iterations,
+                               calls=calls, role=spec.role))
+        shown.advance(batch_size * calls)
+    shown.finish()
     return pl.DataFrame(rows, schema=LATENCY_SCHEMA)
 
 

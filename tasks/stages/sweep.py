@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from tasks.progress import Progress
 from tasks.stages.build_vectors import CachedVectors, FlatFile
 from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
 from tasks.store.build import StageResult, build_once
@@ -222,10 +223,15 @@ def run_sweep(
     #    rows in from the flat file, so the vectors are in memory once, plus the index being built.
     source = CachedVectors(doc_set, index_path(store, doc_set, grid[0][0]))
     builds: list[BuiltIndex] = []
+    # Steps: each index built or reused, the flat reference, each setting measured. The indexes
+    # stay in the store; the measurements are written at the end (a stop loses them).
+    shown = Progress(f"sweep {provider}", len(grid) + 1 + sum(len(query_grid) for _, query_grid in grid[1:]), "steps",
+                     emit=say, keeps=False)
     for settings, _ in grid:
         info = build_index(doc_set, settings, store, force=force, vectors=lambda: source)
         say(f"{provider} {Path(info.path).name}: {'built' if info.computed else 'reused'}")
         builds.append(info)
+        shown.advance()
     load_report = asdict(source.report) if source.report else None
     if source.report:
         stages["load_vectors"] = source.load_seconds
@@ -328,6 +334,7 @@ def run_sweep(
         raise ValueError(f"index {flat_info.path} has dimension {flat.d}, but the queries have {queries.shape[1]}; delete it to rebuild")
     row, lost, reference = evaluate_setting(flat, flat_info, {}, None)
     rows.append(row)
+    shown.advance()
     # From here the flat index only looks up the exact scores of a few hits: reading just those
     # rows from its file keeps it and an approximate index from being resident together.
     del flat
@@ -343,7 +350,9 @@ def run_sweep(
             say(f"{provider} {settings.kind} {row['build_params']} {row['query_params']}: "
                 f"recall@{spec.k} {row[f'neighbour_recall@{spec.k}']:.3f}, "
                 f"delta {spec.measure} {row[f'delta_{spec.measure}']:+.4f}, {row['qps_batch']:,.0f} q/s")
+            shown.advance()
         del index
+    shown.finish()
     del flat
     stages.update(timers)
 

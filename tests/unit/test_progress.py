@@ -1,9 +1,10 @@
 """Progress lines (every 10 s, counts and ETA) and the stop request checked between batches."""
+import pickle
 import signal
 
 import pytest
 
-from tasks.progress import Interrupted, Progress, clear_stop, request_stop
+from tasks.progress import Interrupted, Progress, clear_stop, first_interruption, request_stop
 
 
 class Clock:
@@ -57,3 +58,41 @@ def test_a_stop_request_ends_the_loop_after_the_batch_it_kept():
         progress.advance(64)
     assert (stopped.value.done, stopped.value.signum) == (128, signal.SIGTERM)
     assert str(stopped.value) == "interrupted during embed minilm: 128 of 3,000 texts kept; rerun to continue"
+
+
+def test_units_kept_by_a_stopped_run_count_as_done_but_not_in_the_rate():
+    clock, lines = Clock(), []
+    progress = Progress("embed minilm documents", 1000, emit=lines.append, clock=clock, every=0)
+    progress.already(400)  # the journal of a run stopped earlier
+    clock.now = 10.0
+    progress.advance(100)  # 100 in 10 s: the 500 left take 50 s
+    assert lines == ["embed minilm documents: 500/1,000 texts (50%), 10s elapsed, ETA 50s"]
+
+
+def test_a_measurement_stopped_says_it_is_done_again():
+    progress = Progress("latency minilm", 1110, emit=lambda line: None, clock=Clock(), keeps=False)
+    progress.advance(10)
+    request_stop(signal.SIGINT)
+    with pytest.raises(Interrupted) as stopped:
+        progress.advance(100)
+    assert str(stopped.value) == ("interrupted during latency minilm after 110 of 1,110 texts "
+                                  "(done again by the next run); rerun to continue")
+
+
+def test_the_reported_stop_is_the_loop_in_flight_not_the_stages_refused_after_it():
+    request_stop(signal.SIGTERM)
+    refused = Interrupted.before("embed-minilm-query-plan")
+    assert first_interruption() is refused  # nothing else yet
+    assert str(refused) == ("interrupted before embed-minilm-query-plan: the stages finished so far are kept; "
+                            "rerun to continue")
+    in_flight = Interrupted("embed minilm documents", 32, 400, "texts", signal.SIGTERM)
+    Interrupted.before("index-minilm")
+    assert first_interruption() is in_flight
+    assert pickle.loads(pickle.dumps(in_flight)).args == in_flight.args
+
+
+def test_the_seconds_between_lines_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RETBENCH_PROGRESS_EVERY", "0")
+    assert Progress("sweep minilm", 5, "steps").every == 0.0
+    monkeypatch.delenv("RETBENCH_PROGRESS_EVERY")
+    assert Progress("sweep minilm", 5, "steps").every == 10.0

@@ -80,13 +80,14 @@ def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.
     return canonical_order(np.hstack([p[0] for p in parts]), np.hstack([p[1] for p in parts]), k)
 
 
-def coarse_assignment(ivf, queries: np.ndarray, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
-    """(centroid scores, list numbers) of the `nprobe` lists each query probes, computed once for
-    every shard (a shard computing its own could pick another list on a near tie of centroids)."""
+def coarse_assignment(ivf, queries: np.ndarray, nprobe: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(centroid scores, list numbers) of the `nprobe` lists (None: the index's own nprobe) each
+    query probes, computed once for every shard (a shard computing its own could pick another list
+    on a near tie of centroids)."""
     import faiss
 
-    quantizer = faiss.downcast_index(faiss.extract_index_ivf(ivf).quantizer)
-    return quantizer.search(queries, nprobe)
+    ivf = faiss.extract_index_ivf(ivf)
+    return faiss.downcast_index(ivf.quantizer).search(queries, nprobe or ivf.nprobe)
 
 
 def raw_search(index, queries: np.ndarray, depth: int, assignment=None) -> tuple[np.ndarray, np.ndarray]:

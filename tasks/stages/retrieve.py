@@ -121,14 +121,14 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
         index.vectors = load_vectors(doc_set)[1]
     if index is not None:
         kind.set_query_params(index, params)
-    started = time.perf_counter()
-    if sharded:
+    if sharded:  # the shards are loaded before the clock starts, as a loaded index is
         searcher = _sharded(built, doc_set, index_file, shards, nprobe)
     elif kind.name in SHARDABLE:  # the same canonical order of ties as a sharded search
         searcher = ExactSearch(ntotal=index.ntotal, d=index.d, index=index,
                                ivf=index if kind.name == "ivf" else None, nprobe=nprobe)
     else:
         searcher = index
+    started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
     doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
     if filters_path:

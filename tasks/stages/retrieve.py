@@ -9,6 +9,7 @@ Run files (`runs/<key>.parquet`) have a `.sha256` sidecar and are computed under
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from tasks.stages.sharded_search import SHARDABLE, CacheRows, sharded_search
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_text
 from tasks.store.integrity import parquet_readable, recorded_checksum, verify
+
+log = logging.getLogger("retbench")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +119,9 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
     kind = built.settings.index_kind
     params = {**({} if nprobe is None else {"nprobe": nprobe}), **(query_params or {})}
     sharded = bool(shards) and kind.name in SHARDABLE and not filters_path
+    if shards and not sharded:
+        log.warning(f"indexes.shards: {built.settings.kind} searched in one process "
+                    f"({'the dataset has metadata filters' if filters_path else 'only flat and ivf are sharded'})")
     index = None if sharded else load_index(index_file, expected_dim=query_vectors.shape[1])
     if params.get("rescore"):  # binary codes: the float vectors re-score the best Hamming candidates
         index.vectors = load_vectors(doc_set)[1]

@@ -6,6 +6,7 @@ or a local cluster of `shards` processes started once per process.
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ def dask_client(workers: int):
         if workers not in _local:
             from distributed import Client, LocalCluster
 
+            logging.getLogger("distributed").setLevel(logging.WARNING)  # its start-up lines would fill the run's log
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
             _local[workers] = Client(cluster)
             atexit.register(_close, workers)

@@ -159,7 +159,8 @@ def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, query
     from tasks.stages.retrieve import retrieve
 
     runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, params.get("nprobe"), Path(spec.store_dir),
-                     force=force, filters_path=filters.path if filters else None, query_params=params)
+                     force=force, filters_path=filters.path if filters else None, query_params=params,
+                     shards=spec.indexes.shards)
             for params in (query_grid or ({},))]
     return [replace(run, provider=setting) for run in runs] if setting else runs
 

@@ -121,6 +121,9 @@ class IndexesSpec(BaseModel):
 
     flat: bool = True
     ivf: IVFSpec | None = Field(default_factory=IVFSpec)
+    shards: int | None = Field(None, ge=1, le=1024, description="search flat and IVF indexes over this many Dask workers, "
+                               "each holding one row range of the vectors (the flow's cluster on --dask, else a local one); "
+                               "the runs equal one process's. Default: one process")
 
     @model_validator(mode="after")
     def _flat_needed(self):

@@ -9,10 +9,12 @@ Run files (`runs/<key>.parquet`) have a `.sha256` sidecar and are computed under
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import faiss
 import numpy as np
 import polars as pl
 
@@ -21,13 +23,17 @@ import pyarrow.parquet as pq
 from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.analysis.trec import check_trec_tokens
 from tasks.indexes import index_kind
+from tasks.indexes.sharded import ExactSearch
 from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.stages.filters import search_with_filters
 from tasks.stages.index import BuiltIndex, build_index, load_index
 from tasks.stages.maxp import document_run, search_documents
+from tasks.stages.sharded_search import SHARDABLE, CacheRows, sharded_search
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_text
 from tasks.store.integrity import parquet_readable, recorded_checksum, verify
+
+log = logging.getLogger("retbench")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +62,15 @@ def retrieve(
     filters_path: str | None = None,
     rescore: int | None = None,
     query_params: dict | None = None,
+    shards: int | None = None,
 ) -> RunResult:
     """`filters_path`: the dataset's metadata-filter groups (tasks/stages/filters.py); its
     queries search only the chunks of the documents their filter allows. `rescore` (binary
     indexes only): Hamming candidates re-scored with the float vectors. `query_params`: any
-    other query-time parameter of the index's kind (tasks/indexes), e.g. {"ef_search": 64}."""
+    other query-time parameter of the index's kind (tasks/indexes), e.g. {"ef_search": 64}.
+    `shards` (flat and IVF, without filters): searched by that many Dask workers, each holding
+    one row range of the vectors (tasks/stages/sharded_search.py); the run is the same file, so
+    it does not name it."""
     if rescore and not built.settings.is_binary:
         raise ValueError(f"rescore={rescore} applies to binary indexes only, not {built.settings.kind}")
     params = {**({} if rescore is None else {"rescore": rescore}),
@@ -80,7 +90,7 @@ def retrieve(
 
     def build(tmp: str) -> None:
         run, searched["seconds"] = _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
-                                                    filters_path, params)
+                                                    filters_path, params, shards)
         pq.write_table(run.to_arrow(), tmp, compression="zstd")
 
     made = build_once(store, path, build, parse=parquet_readable, force=force)
@@ -97,7 +107,7 @@ def index_label(kind: str, query_params: dict | None) -> str:
 
 
 def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, index_file,
-                     filters_path=None, query_params=None) -> tuple[pl.DataFrame, float]:
+                     filters_path=None, query_params=None, shards=None) -> tuple[pl.DataFrame, float]:
     chunk_ids = pl.read_parquet(doc_set.path, columns=["id"])["id"].to_list()
     chunks = pl.read_parquet(chunks_path, columns=["chunk_id", "doc_id"])
     chunk_doc = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")
@@ -106,12 +116,24 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
     doc_ids = chunk_doc["doc_id"].to_numpy()
     query_ids, query_vectors = load_vectors(query_set)
 
-    index = load_index(index_file, expected_dim=query_vectors.shape[1])
     kind = built.settings.index_kind
     params = {**({} if nprobe is None else {"nprobe": nprobe}), **(query_params or {})}
+    sharded = bool(shards) and kind.name in SHARDABLE and not filters_path
+    if shards and not sharded:
+        log.warning(f"indexes.shards: {built.settings.kind} searched in one process "
+                    f"({'the dataset has metadata filters' if filters_path else 'only flat and ivf are sharded'})")
+    index = None if sharded else load_index(index_file, expected_dim=query_vectors.shape[1])
     if params.get("rescore"):  # binary codes: the float vectors re-score the best Hamming candidates
         index.vectors = load_vectors(doc_set)[1]
-    kind.set_query_params(index, params)
+    if index is not None:
+        kind.set_query_params(index, params)
+    if sharded:  # the shards are loaded before the clock starts, as a loaded index is
+        searcher = _sharded(built, doc_set, index_file, shards, nprobe)
+    elif kind.name in SHARDABLE:  # the same canonical order of ties as a sharded search
+        searcher = ExactSearch(ntotal=index.ntotal, d=index.d, index=index,
+                               ivf=index if kind.name == "ivf" else None, nprobe=nprobe)
+    else:
+        searcher = index
     started = time.perf_counter()
     # Integer codes: factorising a million string ids on every search would dominate it.
     doc_codes = chunk_doc["doc_id"].rank("dense").to_numpy().astype(np.int64) - 1
@@ -120,13 +142,24 @@ def _document_run_of(built, doc_set, query_set, chunks_path, depth, nprobe, inde
                                    pl.read_parquet(filters_path), nprobe,
                                    search_parameters=lambda selector: kind.search_parameters(index, params, selector))
     else:
-        hits = search_documents(index, query_vectors, doc_codes, depth)
+        hits = search_documents(searcher, query_vectors, doc_codes, depth)
     seconds = time.perf_counter() - started
 
     run = document_run(hits, doc_codes, pl.Series(query_ids), pl.Series(doc_ids), pl.Series(chunk_ids)).with_columns(
         provider=pl.lit(built.provider), index=pl.lit(index_label(built.settings.kind, query_params)), nprobe=pl.lit(nprobe, dtype=pl.Int64),
     ).select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     return run, seconds
+
+
+def _sharded(built, doc_set, index_file: Path, shards: int, nprobe: int | None) -> ExactSearch:
+    """The set's rows over `shards` workers; IVF shards fill empty copies of the built index's
+    trained quantizer (its file is mapped, its lists never read)."""
+    ivf = None
+    if built.settings.kind == "ivf":
+        ivf = faiss.read_index(str(index_file), faiss.IO_FLAG_MMAP)
+        nprobe = nprobe or faiss.extract_index_ivf(ivf).nprobe
+    key = (doc_set.key, index_file.name, recorded_checksum(index_file), shards)
+    return sharded_search(CacheRows(doc_set), shards, ivf=ivf, nprobe=nprobe, key=key)
 
 
 def write_trec_run(run: pl.DataFrame, path: str | Path) -> Path:

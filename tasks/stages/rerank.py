@@ -29,6 +29,7 @@ import pyarrow as pa
 from tasks.analysis.cost import weakest_source
 from tasks.analysis.equivalence import quantile_band
 from tasks.analysis.runs import RUN_SCHEMA, trec_order
+from tasks.progress import Progress
 from tasks.rerankers.base import RerankBatch, Reranker
 from tasks.stages.embed import cached_vectors
 from tasks.store.build import StageResult, build_once
@@ -93,7 +94,7 @@ def rerank_run(run: pl.DataFrame, reranker: Reranker, reranker_name: str, querie
     if top_n < 1 or batch_size < 1:
         raise ValueError(f"top_n ({top_n}) and batch_size ({batch_size}) must be >= 1")
     if hasattr(reranker, "attach_embedding_cache"):  # embedding-rescore: vectors through the store's cache
-        reranker.attach_embedding_cache(functools.partial(cached_vectors, store=Path(store)))
+        reranker.attach_embedding_cache(functools.partial(cached_vectors, store=Path(store), progress=progress))
     fingerprint, fp_hash = fingerprint_hash(reranker)
     ranked = trec_order(run)
     top = _pairs(ranked.filter(pl.col("rank") <= top_n), queries, chunks, fp_hash)
@@ -157,31 +158,55 @@ def _score_missing(reranker, top: pl.DataFrame, live: set[str], directory: Path,
         if progress:
             progress(f"{name}: all {top.height} pairs served from cache, 0 scored")
         return 0
-    batches: list[tuple[str, list[str], list[str]]] = []
-    for (query_id,), group in missing.group_by("query_id", maintain_order=True):
-        texts, keys = group["chunk_text"].to_list(), group["key"].to_list()
-        for start in range(0, len(texts), batch_size):
-            batches.append((group["query_text"][0], texts[start:start + batch_size], keys[start:start + batch_size]))
+    planned = plan_batches(reranker, missing, batch_size)
+    shown = Progress(f"rerank {name}", missing.height, unit="pairs", emit=progress or log.info)
     shards: list[Path] = []
     done = 0
     try:
-        for index, batch in _run_batches(reranker, [(q, docs) for q, docs, _ in batches]):
-            keys = batches[index][2]
+        for index, batch in _run_batches(reranker, [work for work, _ in planned]):
+            keys = planned[index][1]
             shards.append(_write_shard(directory, keys, batch))
             done += len(keys)
-            if progress:
-                progress(f"{name}: scored {done}/{missing.height} pairs")
+            shown.advance(len(keys))  # the batch is on disk: a stop requested now keeps it
+        shown.finish()
     finally:
         if len(shards) > 1:  # also after a failure: what was scored stays, in fewer files
             _merge(directory, shards)
     return done
 
 
-def _run_batches(reranker, batches: list[tuple[str, list[str]]]):
-    if hasattr(reranker, "score_batches"):
-        yield from reranker.score_batches(batches)
+def plan_batches(reranker, missing: pl.DataFrame, batch_size: int) -> list[tuple[object, list[str]]]:
+    """The calls that score `missing` (query_text, chunk_text, key; one row per key), as (work, keys).
+
+    A reranker that scores any mix of pairs (`score_pairs`: a local cross-encoder) gets the pairs
+    of all queries together, sorted by length (a forward pass pads to its longest pair) in calls
+    of its own `pair_batch_size`: work is a list of (query, document). Any other gets one query's
+    documents per call, `batch_size` at a time (an API's request has one query; embedding-rescore
+    embeds everything it is given at once anyway): work is (query, documents)."""
+    if hasattr(reranker, "score_pairs"):
+        size = int(getattr(reranker, "pair_batch_size", None) or batch_size)
+        rows = sorted(zip(missing["query_text"], missing["chunk_text"], missing["key"]),
+                      key=lambda row: len(row[0]) + len(row[1]))
+        return [([(q, d) for q, d, _ in rows[start:start + size]], [k for _, _, k in rows[start:start + size]])
+                for start in range(0, len(rows), size)]
+    planned: list[tuple[object, list[str]]] = []
+    for (query_id,), group in missing.group_by("query_id", maintain_order=True):
+        texts, keys = group["chunk_text"].to_list(), group["key"].to_list()
+        for start in range(0, len(texts), batch_size):
+            planned.append(((group["query_text"][0], texts[start:start + batch_size]), keys[start:start + batch_size]))
+    return planned
+
+
+def _run_batches(reranker, work: list):
+    """(index into `work`, RerankBatch) per call, in completion order."""
+    if hasattr(reranker, "score_pairs"):
+        for index, pairs in enumerate(work):
+            yield index, reranker.score_pairs(pairs)
         return
-    for index, (query, docs) in enumerate(batches):
+    if hasattr(reranker, "score_batches"):
+        yield from reranker.score_batches(work)
+        return
+    for index, (query, docs) in enumerate(work):
         if hasattr(reranker, "score_batch"):
             yield index, reranker.score_batch(query, docs)
         else:

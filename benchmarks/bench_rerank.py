@@ -125,7 +125,7 @@ def compare(label: str, reranker, run: pl.DataFrame, queries: pl.DataFrame, chun
     one_wall, one_cpu = sums["one call"]
     for side, (wall, cpu) in sums.items():
         print(f"  {side:24} wall {wall:7.1f} s, CPU {cpu:7.1f} s;  throughput vs one call: wall {one_wall / wall:.3f}, "
-              f"CPU {one_cpu / cpu:.3f}")
+              f"CPU {one_cpu / cpu:.3f}", flush=True)
 
 
 def main() -> None:

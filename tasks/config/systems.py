@@ -93,7 +93,8 @@ class RerankerSpec(_Strict):
     name: str = Field(pattern=_NAME, max_length=64)
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
-    batch_size: int = Field(32, ge=1, description="documents per call (and per cache shard)")
+    batch_size: int = Field(32, ge=1, description="documents per call for the kinds that send one query per call "
+                                                   "(HTTP APIs); a cross-encoder takes options.batch_size pairs of any queries per call")
     pricing: RerankPricing | None = Field(None, description="per search unit or per token, with the date it was read")
 
     @model_validator(mode="after")

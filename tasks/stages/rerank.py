@@ -4,9 +4,10 @@ Score cache, like the embedding cache (tasks/stages/embed.py):
     rerank/<kind>-<fingerprint hash>/fingerprint.json
     rerank/<kind>-<fingerprint hash>/shard-<time>-<random>.parquet   (key, score, seconds, tokens, search_units)
 The key is sha256(fingerprint hash, query text, chunk text), so any system, run or dataset that
-asks for a pair already scored gets it from the cache. Each batch is a shard (with a checksum
-sidecar) the moment it is scored, under the folder's flock, so a failure keeps every earlier
-batch; a damaged shard is quarantined and its pairs are scored again.
+asks for a pair already scored gets it from the cache. Scored calls are a shard (with a checksum
+sidecar) within a second of completing, under the folder's flock, so a failure keeps every earlier
+call; a damaged shard is quarantined and its pairs are scored again. The pairs of all queries are
+scored together (plan_batches): a cross-encoder gets them length-sorted in its own batch size.
 
 A document is reranked on the text of the chunk the first stage ranked it by (MaxP's best chunk).
 A pair's `seconds` is its share of the call that scored it, so a cached rerun still reports the
@@ -29,6 +30,7 @@ import pyarrow as pa
 from tasks.analysis.cost import weakest_source
 from tasks.analysis.equivalence import quantile_band
 from tasks.analysis.runs import RUN_SCHEMA, trec_order
+from tasks.progress import Progress, stop_requested
 from tasks.rerankers.base import RerankBatch, Reranker
 from tasks.stages.embed import cached_vectors
 from tasks.store.build import StageResult, build_once
@@ -93,7 +95,7 @@ def rerank_run(run: pl.DataFrame, reranker: Reranker, reranker_name: str, querie
     if top_n < 1 or batch_size < 1:
         raise ValueError(f"top_n ({top_n}) and batch_size ({batch_size}) must be >= 1")
     if hasattr(reranker, "attach_embedding_cache"):  # embedding-rescore: vectors through the store's cache
-        reranker.attach_embedding_cache(functools.partial(cached_vectors, store=Path(store)))
+        reranker.attach_embedding_cache(functools.partial(cached_vectors, store=Path(store), progress=progress))
     fingerprint, fp_hash = fingerprint_hash(reranker)
     ranked = trec_order(run)
     top = _pairs(ranked.filter(pl.col("rank") <= top_n), queries, chunks, fp_hash)
@@ -149,39 +151,82 @@ def _pairs(top: pl.DataFrame, queries: pl.DataFrame, chunks, fp_hash: str) -> pl
     return joined.with_columns(key=pl.Series(keys, dtype=pl.String))
 
 
+# Calls that complete within this many seconds of the last shard share the next one: embedding-rescore
+# hands back every query's scores at once, and a shard per query was an fsynced file (and sidecar) each.
+KEEP_EVERY = 1.0
+
+
 def _score_missing(reranker, top: pl.DataFrame, live: set[str], directory: Path, batch_size: int, name: str,
                    progress) -> int:
-    """Score the pairs whose key is not cached, a shard per batch as batches complete; pairs scored."""
+    """Score the pairs whose key is not cached, kept as shards as calls complete (at most a second
+    of scored calls waits to be written); pairs scored."""
     missing = top.filter(~pl.col("key").is_in(list(live))).unique("key", keep="first", maintain_order=True)
     if missing.is_empty():
         if progress:
             progress(f"{name}: all {top.height} pairs served from cache, 0 scored")
         return 0
-    batches: list[tuple[str, list[str], list[str]]] = []
+    planned = plan_batches(reranker, missing, batch_size)
+    shown = Progress(f"rerank {name}", missing.height, unit="pairs", emit=progress or log.info)
+    written: list[Path] = []
+    pending: list[pa.Table] = []
+    kept_at = time.monotonic()
+
+    def keep() -> None:
+        nonlocal kept_at
+        if pending:
+            written.append(_write_table(directory, pa.concat_tables(pending)))
+            count = sum(table.num_rows for table in pending)
+            pending.clear()
+            kept_at = time.monotonic()
+            shown.advance(count)  # the pairs are on disk: a stop requested now keeps them
+
+    try:
+        for index, batch in _run_batches(reranker, [work for work, _ in planned]):
+            pending.append(_score_table(planned[index][1], batch))
+            if stop_requested() or time.monotonic() - kept_at >= KEEP_EVERY:
+                keep()
+        keep()
+        shown.finish()
+    finally:
+        if pending:  # a later call failed: what was scored stays
+            written.append(_write_table(directory, pa.concat_tables(pending)))
+        if len(written) > 1:  # also after a failure: what was scored stays, in fewer files
+            _merge(directory, written)
+    return missing.height
+
+
+def plan_batches(reranker, missing: pl.DataFrame, batch_size: int) -> list[tuple[object, list[str]]]:
+    """The calls that score `missing` (query_text, chunk_text, key; one row per key), as (work, keys).
+
+    A reranker that scores any mix of pairs (`score_pairs`: a local cross-encoder) gets the pairs
+    of all queries together, sorted by length (a forward pass pads to its longest pair) in calls
+    of its own `pair_batch_size`: work is a list of (query, document). Any other gets one query's
+    documents per call, `batch_size` at a time (an API's request has one query; embedding-rescore
+    embeds everything it is given at once anyway): work is (query, documents)."""
+    if hasattr(reranker, "score_pairs"):
+        size = int(getattr(reranker, "pair_batch_size", None) or batch_size)
+        rows = sorted(zip(missing["query_text"], missing["chunk_text"], missing["key"]),
+                      key=lambda row: len(row[0]) + len(row[1]))
+        return [([(q, d) for q, d, _ in rows[start:start + size]], [k for _, _, k in rows[start:start + size]])
+                for start in range(0, len(rows), size)]
+    planned: list[tuple[object, list[str]]] = []
     for (query_id,), group in missing.group_by("query_id", maintain_order=True):
         texts, keys = group["chunk_text"].to_list(), group["key"].to_list()
         for start in range(0, len(texts), batch_size):
-            batches.append((group["query_text"][0], texts[start:start + batch_size], keys[start:start + batch_size]))
-    shards: list[Path] = []
-    done = 0
-    try:
-        for index, batch in _run_batches(reranker, [(q, docs) for q, docs, _ in batches]):
-            keys = batches[index][2]
-            shards.append(_write_shard(directory, keys, batch))
-            done += len(keys)
-            if progress:
-                progress(f"{name}: scored {done}/{missing.height} pairs")
-    finally:
-        if len(shards) > 1:  # also after a failure: what was scored stays, in fewer files
-            _merge(directory, shards)
-    return done
+            planned.append(((group["query_text"][0], texts[start:start + batch_size]), keys[start:start + batch_size]))
+    return planned
 
 
-def _run_batches(reranker, batches: list[tuple[str, list[str]]]):
-    if hasattr(reranker, "score_batches"):
-        yield from reranker.score_batches(batches)
+def _run_batches(reranker, work: list):
+    """(index into `work`, RerankBatch) per call, in completion order."""
+    if hasattr(reranker, "score_pairs"):
+        for index, pairs in enumerate(work):
+            yield index, reranker.score_pairs(pairs)
         return
-    for index, (query, docs) in enumerate(batches):
+    if hasattr(reranker, "score_batches"):
+        yield from reranker.score_batches(work)
+        return
+    for index, (query, docs) in enumerate(work):
         if hasattr(reranker, "score_batch"):
             yield index, reranker.score_batch(query, docs)
         else:
@@ -190,16 +235,16 @@ def _run_batches(reranker, batches: list[tuple[str, list[str]]]):
             yield index, RerankBatch(np.asarray(scores, dtype=np.float64), time.perf_counter() - started)
 
 
-def _write_shard(directory: Path, keys: list[str], batch: RerankBatch, stamp: int | None = None) -> Path:
+def _score_table(keys: list[str], batch: RerankBatch) -> pa.Table:
+    """A call's rows: each pair's score and its share of the call's seconds, tokens and units."""
     from tasks.rerankers.base import checked_scores
 
     n = len(keys)
     scores = checked_scores(batch.scores, n, f"reranker batch of {n}")
-    table = pa.table({"key": keys, "score": scores, "seconds": np.full(n, batch.seconds / n),
-                      "tokens": np.full(n, batch.tokens / n), "token_source": [batch.token_source] * n,
-                      "search_units": np.full(n, batch.search_units / n)},
-                     schema=SCORE_SCHEMA)
-    return _write_table(directory, table, stamp)
+    return pa.table({"key": keys, "score": scores, "seconds": np.full(n, batch.seconds / n),
+                     "tokens": np.full(n, batch.tokens / n), "token_source": [batch.token_source] * n,
+                     "search_units": np.full(n, batch.search_units / n)},
+                    schema=SCORE_SCHEMA)
 
 
 def _write_table(directory: Path, table: pa.Table, stamp: int | None = None) -> Path:

@@ -60,6 +60,25 @@ def test_e5_uses_query_and_passage_prefixes_and_handles_hindi(tmp_path):
     assert full_fingerprint(provider)["query_prefix"] == "query: "
 
 
+def test_e5_threads_are_the_calling_threads_and_never_the_environments(monkeypatch):
+    import os
+    import threading
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    provider = create_provider("e5-multilingual", {"threads": 1})
+    seen = []
+
+    def encode_in_a_worker():  # as a Prefect task runs it
+        vector = provider.encode(["api key"], "query")[0]
+        seen.append((provider._model._lib.omp_get_max_threads(), vector))
+
+    worker = threading.Thread(target=encode_in_a_worker)
+    worker.start()
+    worker.join()
+    assert seen[0][0] == 1 and "OMP_NUM_THREADS" not in os.environ  # torch, faiss, children keep theirs
+    np.testing.assert_allclose(seen[0][1], create_provider("e5-multilingual").encode(["api key"], "query")[0], atol=1e-6)
+
+
 def test_hashing_is_deterministic_and_lexical(tmp_path):
     provider = create_provider("hashing", {"dim": 2048})
     a = provider.encode(["webhook signature invalid"], "query")

@@ -5,7 +5,7 @@ synthetic vectors in the embedding cache: does any process hold the full matrix?
                                                  [--nlist 256] [--train 16384] [--dir /tmp/retbench-shardindex]
 
 Setup (once, its own process): seeded unit vectors stored in DIR/store's embedding cache as one
-set (tasks/stages/embed.store_vectors), queries likewise, one document per chunk. Then, each in a
+set (tasks/stages/embed.store_vectors, in cache shards of 8,192 rows), queries likewise, one document per chunk. Then, each in a
 fresh process with the store's indexes and runs removed first: "sharded" (build_sharded_index for
 flat and IVF, then retrieve with shards=2, 2 local Dask workers) and "single" (build_index, then
 retrieve in one process). Reported per mode: ru_maxrss of the main process and of each worker
@@ -41,7 +41,12 @@ def setup(folder: Path, rows: int, dim: int, queries: int) -> None:
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     ids = [f"c{i:08d}" for i in range(rows)]
     fingerprint = {"kind": "synthetic", "seed": 0, "rows": rows, "dim": dim}
-    docs = store_vectors(folder / "store", "synthetic", fingerprint, "document", ids, matrix)
+    # Written 8,192 rows at a time, as the embed stage's shards hold row groups of ~8k rows (one
+    # store_vectors call would write one row group of every row, which a reader decodes whole).
+    for start in range(0, rows, 8192):
+        store_vectors(folder / "store", "synthetic", fingerprint, "document", ids[start:start + 8192],
+                      matrix[start:start + 8192])
+    docs = store_vectors(folder / "store", "synthetic", fingerprint, "document", ids, matrix)  # the set; all cached
     del matrix
     q = rng.standard_normal((queries, dim), dtype=np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
@@ -50,7 +55,7 @@ def setup(folder: Path, rows: int, dim: int, queries: int) -> None:
     (folder / "sets.pickle").write_bytes(pickle.dumps((docs, query_set)))
 
 
-def measure(folder: Path, mode: str, nlist: int, train: int) -> dict:
+def measure(folder: Path, mode: str, nlist: int, train: int, kinds: list[str]) -> dict:
     import pickle
 
     import polars as pl
@@ -64,9 +69,11 @@ def measure(folder: Path, mode: str, nlist: int, train: int) -> dict:
     store = folder / "store"
     for name in ("indexes", "runs"):
         shutil.rmtree(store / name, ignore_errors=True)
-    figures = {"mode": mode, "rows": docs.count, "dim": docs.dim, "matrix_gib": docs.count * docs.dim * 4 / 2**30}
+    figures = {"mode": mode, "kinds": kinds, "rows": docs.count, "dim": docs.dim, "matrix_gib": docs.count * docs.dim * 4 / 2**30}
     runs = {}
     for kind, nprobe in (("flat", None), ("ivf", 8)):
+        if kind not in kinds:
+            continue
         settings = IndexSettings("flat") if kind == "flat" else resolve_ivf(docs.count, nlist, train, 0)
         if mode == "sharded":
             built = build_sharded_index(docs, settings, store, shards=2)
@@ -96,6 +103,8 @@ def main() -> None:
     parser.add_argument("--nlist", type=int, default=256)
     parser.add_argument("--train", type=int, default=16_384)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/retbench-shardindex"))
+    parser.add_argument("--kinds", nargs="+", choices=["flat", "ivf"], default=["flat", "ivf"],
+                        help="the indexes built and searched in one process run (each alone: its own peaks)")
     parser.add_argument("--step", choices=["setup", "sharded", "single"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -103,10 +112,10 @@ def main() -> None:
         setup(args.dir, args.rows, args.dim, args.queries)
         return
     if args.step:
-        print(json.dumps(measure(args.dir, args.step, args.nlist, args.train)))
+        print(json.dumps(measure(args.dir, args.step, args.nlist, args.train, args.kinds)))
         return
     base = [sys.executable, __file__, "--rows", str(args.rows), "--dim", str(args.dim), "--queries", str(args.queries),
-            "--nlist", str(args.nlist), "--train", str(args.train), "--dir", str(args.dir)]
+            "--nlist", str(args.nlist), "--train", str(args.train), "--dir", str(args.dir), "--kinds", *args.kinds]
     subprocess.run(base + ["--step", "setup"], check=True)
     results = {}
     for mode in ("sharded", "single"):  # sharded first: the store then holds no full index file at all
@@ -115,7 +124,7 @@ def main() -> None:
         print(json.dumps(results[mode]))
     import polars as pl
 
-    for kind in ("flat", "ivf"):
+    for kind in args.kinds:
         same = pl.read_parquet(args.dir / f"run-sharded-{kind}.parquet").equals(
             pl.read_parquet(args.dir / f"run-single-{kind}.parquet"))
         print(f"{kind}: run files equal: {same}")

@@ -252,7 +252,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
              for name, ref in chunk_refs.items()}
     for note in (n for plan in plans.values() for n in plan.notes) if reaches("index") else ():
         log.warning(note)
-    indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]),
+    indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]), filters,
                                    label=f"index-{doc_label[key]}-{settings_.kind}")
                      for settings_ in plans[key[1]].settings]
                for key, doc_set in doc_sets.items() if reaches("index")}

@@ -131,9 +131,20 @@ def loaded_provider(make_provider: Callable, provider: ProviderSpec):
     return _providers[key]
 
 
-def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool):
+def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool, filters=None):
+    """One index of the plan; under `indexes.shards`, a flat or IVF index searched over shards is
+    never built over every row (tasks/stages/sharded_index.py), unless `filters` (the dataset's
+    metadata filters) make its search one-process."""
     from tasks.stages.index import build_index
+    from tasks.stages.sharded_index import build_sharded_index
+    from tasks.stages.sharded_search import SHARDABLE
 
+    shards = spec.indexes.shards
+    if shards and settings.kind in SHARDABLE and not filters:
+        built = build_sharded_index(doc_set, settings, Path(spec.store_dir), shards, force=force)
+        log.info(f"{doc_set.provider}: {Path(built.path).name} {'built' if built.computed else 'reused'} "
+                 f"({built.vectors} vectors left in the cache for {shards} search shards, {built.seconds:.2f}s)")
+        return built
     built = build_index(doc_set, settings, Path(spec.store_dir), force=force)
     log.info(f"{doc_set.provider}: {settings.file_name} {'built' if built.computed else 'reused'} "
              f"({built.vectors} vectors, {built.seconds:.2f}s)")
@@ -182,7 +193,7 @@ def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, fi
     doc_set = embed_in_place(base, chunks.path, "chunk_id", "document", store, False, make_provider, set_label=base.name)
     query_set = embed_in_place(base, dataset.queries_path, "query_id", "query", store, False, make_provider,
                                set_label=base.name)
-    built = index_stage(doc_set, IndexSettings("flat"), spec, False)
+    built = index_stage(doc_set, IndexSettings("flat"), spec, False, filters)
     run = retrieve_stage(built, doc_set, query_set, chunks, spec, (), False, setting=base.name, filters=filters)[0]
     return train_from_run(tuned, make_provider(base), run.path, dataset.path, store, force, log.info,
                           key_path=f"providers[{position}].options")
@@ -225,6 +236,11 @@ def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: Bench
 
 def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force: bool, remeasure: bool):
     from tasks.stages.measurements import cached_sweep
+
+    if spec.indexes.shards:
+        log.warning(f"{doc_set.provider}: the ANN sweep builds and times every index of its grid in one process, "
+                    f"holding all {doc_set.count} vectors (indexes.shards={spec.indexes.shards} applies to the main "
+                    "chain's flat and IVF search only); leave `sweep` out for a corpus larger than one machine")
 
     result = cached_sweep(doc_set, query_set, chunks.path, dataset.key, dataset.qrels_path, spec.sweep,
                           Path(spec.store_dir), Path(spec.output_dir), force=force, remeasure=remeasure,
@@ -270,7 +286,7 @@ def filtered_ann_stage(doc_set, query_set, built: list, plan, spec: BenchmarkSpe
     `plan`: the IndexPlan the indexes were built from (their query parameters)."""
     from tasks.stages.embed import load_vectors
     from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
-    from tasks.stages.index import IndexSettings, load_index
+    from tasks.stages.index import IndexSettings, build_index, load_index
     from tasks.store.files import write_parquet
 
     config = spec.filter_sweep
@@ -281,6 +297,10 @@ def filtered_ann_stage(doc_set, query_set, built: list, plan, spec: BenchmarkSpe
         # Flat is the reference; binary codes take no IDSelector.
         if b.settings == IndexSettings("flat") or b.settings.is_binary:
             continue
+        if b.shards:  # this stage searches in one process, with every vector loaded above: the whole index
+            log.warning(f"{doc_set.provider}: filtered ANN fidelity builds {b.settings.file_name} whole "
+                        f"(it searches in one process; indexes.shards={b.shards} does not apply to it)")
+            b = build_index(doc_set, b.settings, Path(spec.store_dir))
         index = load_index(Path(b.path), expected_dim=documents.shape[1])
         indexes.append((b.settings.file_name.removesuffix(".faiss"), index, list(plan.query_grid(b.settings))))
     if config.hnsw is not None:
@@ -389,7 +409,9 @@ def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict,
         provider = by_name[name]
         cost_rows.append(cost.cost_row(name, provider.kind, provider.pricing, doc_set, query_set,
                                        corpus_documents=dataset.documents))
-        storage.append((name, doc_set.count, doc_set.dim, [i.path for i in indexes.get(name, [])]))
+        storage.append((name, doc_set.count, doc_set.dim,
+                        [i.path if i.shards is None else (i.settings.file_name.removesuffix(".faiss"), i.size_bytes, i.shards)
+                         for i in indexes.get(name, [])]))
     tables = {"cost": cost.cost_table(cost_rows), "storage": cost.storage_table(storage)}
     if latency_paths:
         tables["latency"] = pl.concat([pl.read_parquet(path) for path in latency_paths])

@@ -73,30 +73,35 @@ def cost_table(rows: Sequence[dict]) -> pl.DataFrame:
 
 STORAGE_SCHEMA = {
     "provider": pl.String, "vectors": pl.Int64, "dim": pl.Int64, "raw_vector_bytes": pl.Int64,
-    "index": pl.String, "index_bytes": pl.Int64, "index_bytes_per_vector": pl.Float64,
+    "index": pl.String, "index_bytes": pl.Int64, "index_bytes_per_vector": pl.Float64, "shards": pl.Int64,
 }
 
 
-def storage_rows(provider: str, vectors: int, dim: int, index_files: Sequence[str | Path]) -> list[dict]:
-    """Raw float32 bytes (vectors x dim x 4) and each index file's size as measured on disk."""
+def storage_rows(provider: str, vectors: int, dim: int, index_files: Sequence) -> list[dict]:
+    """Raw float32 bytes (vectors x dim x 4) and each index file's size as measured on disk. An
+    index searched over shards (`indexes.shards`) has no file of its rows: its entry is a tuple
+    (name, bytes the shards hold, shards), named as its one file would be."""
     raw = vectors * dim * FLOAT32_BYTES
     rows = []
-    for path in index_files:
-        path = Path(path)
-        size = path.stat().st_size  # a missing file is an error: the number must be measured, not guessed
+    for entry in index_files:
+        if isinstance(entry, tuple):
+            name, size, shards = entry
+        else:
+            path, shards = Path(entry), None
+            name, size = path.stem, path.stat().st_size  # a missing file is an error: measured, not guessed
         rows.append({
             "provider": provider, "vectors": vectors, "dim": dim, "raw_vector_bytes": raw,
-            "index": path.stem, "index_bytes": size,
-            "index_bytes_per_vector": size / vectors if vectors else None,
+            "index": name, "index_bytes": size,
+            "index_bytes_per_vector": size / vectors if vectors else None, "shards": shards,
         })
     if not rows:
         rows.append({"provider": provider, "vectors": vectors, "dim": dim, "raw_vector_bytes": raw,
-                     "index": None, "index_bytes": None, "index_bytes_per_vector": None})
+                     "index": None, "index_bytes": None, "index_bytes_per_vector": None, "shards": None})
     return rows
 
 
-def storage_table(entries: Sequence[tuple[str, int, int, Sequence[str | Path]]]) -> pl.DataFrame:
-    """`storage` table from (provider, vectors, dim, index files) per provider."""
+def storage_table(entries: Sequence[tuple[str, int, int, Sequence]]) -> pl.DataFrame:
+    """`storage` table from (provider, vectors, dim, index files or sharded entries) per provider."""
     rows = [row for entry in entries for row in storage_rows(*entry)]
     return pl.DataFrame(rows, schema=STORAGE_SCHEMA)
 

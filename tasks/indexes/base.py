@@ -161,17 +161,35 @@ class IndexKind:
 
         n, dim = vectors.shape
         started = time.perf_counter()
-        index = self.factory(dim, params)
-        train = self.training_rows(params)
-        if train:
-            rng = np.random.default_rng(params.get("seed", 0))
-            rows = np.sort(rng.choice(n, size=min(n, train), replace=False))
-            self.before_training(index, params)
-            index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+        index = self.trained(vectors, params)
         train_seconds = time.perf_counter() - started
         for start in range(0, n, ADD_BATCH):
             index.add(np.ascontiguousarray(vectors[start : start + ADD_BATCH], dtype=np.float32))
         return index, train_seconds, time.perf_counter() - started
+
+    def training_sample(self, n_vectors: int, params: dict[str, Any]):
+        """The sorted row numbers `build` trains on (None: nothing to train): a seeded sample, so
+        a sharded build (tasks/stages/sharded_index.py) reads exactly these rows and no others."""
+        import numpy as np
+
+        train = self.training_rows(params)
+        if not train:
+            return None
+        rng = np.random.default_rng(params.get("seed", 0))
+        return np.sort(rng.choice(n_vectors, size=min(n_vectors, train), replace=False))
+
+    def trained(self, vectors, params: dict[str, Any]):
+        """The empty index, trained on `training_sample`'s rows of `vectors` (anything with
+        `shape` whose indexing by a row array gives those rows)."""
+        import numpy as np
+
+        n, dim = vectors.shape
+        index = self.factory(dim, params)
+        rows = self.training_sample(n, params)
+        if rows is not None:
+            self.before_training(index, params)
+            index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+        return index
 
     def set_query_params(self, index, query_params: dict[str, Any]) -> None:
         """Set the query-time parameters on a loaded index (FAISS's ParameterSpace names)."""

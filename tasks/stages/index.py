@@ -103,6 +103,9 @@ class BuiltIndex(StageResult):
     size_bytes: int
     build_seconds: float | None  # train + add; None for a file built before metadata existed
     train_seconds: float | None
+    # Searched over this many workers (`indexes.shards`): `path` is then the small file standing for
+    # the index (tasks/stages/sharded_index.py) and `size_bytes` what the shards hold. None: one file.
+    shards: int | None = None
 
 
 def resolve_ivf(n_vectors: int, nlist: int | None, train_size: int | None, seed: int) -> IndexSettings:

@@ -28,6 +28,7 @@ from tasks.stages.embed import EmbeddingSet, load_vectors
 from tasks.stages.filters import search_with_filters
 from tasks.stages.index import BuiltIndex, build_index, load_index
 from tasks.stages.maxp import document_run, search_documents
+from tasks.stages.sharded_index import build_sharded_index
 from tasks.stages.sharded_search import SHARDABLE, CacheRows, sharded_search
 from tasks.store.build import StageResult, build_once
 from tasks.store.files import stable_hash, write_text
@@ -75,9 +76,14 @@ def retrieve(
         raise ValueError(f"rescore={rescore} applies to binary indexes only, not {built.settings.kind}")
     params = {**({} if rescore is None else {"rescore": rescore}),
               **{k: v for k, v in (query_params or {}).items() if k != "nprobe"}}
+    if built.shards and (not shards or filters_path):  # no shards to search: the whole index, built in one process
+        log.warning(f"{built.settings.kind} index built for {built.shards} shards but searched in one process "
+                    f"({'the dataset has metadata filters' if filters_path else 'no indexes.shards'}): building it whole")
+        built = build_index(doc_set, built.settings, store)
     index_file = Path(built.path)
     if not verify(index_file, store, None):  # damaged since the index stage: quarantined, build it again
-        built = build_index(doc_set, built.settings, store)
+        built = (build_sharded_index(doc_set, built.settings, store, built.shards) if built.shards
+                 else build_index(doc_set, built.settings, store))
     # Named by content, not by place: a copied or moved store keeps its runs. The index's
     # checksum stands for its bytes (a rebuilt index is a new run); the chunk file is named
     # by its own content hash.

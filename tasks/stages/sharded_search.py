@@ -26,7 +26,9 @@ _held: dict[tuple, "LoadedShards"] = {}  # the shards of the last index searched
 class CacheRows:
     """An embedding set's rows as a shard reads them (tasks/indexes/sharded.build_shard)."""
 
-    batch_rows = None  # an IVF shard reads its whole range in one pass over the cache files
+    # An IVF shard adds its rows a batch at a time (FAISS copies them into its lists), so it holds
+    # its lists plus one batch, not its range twice; each batch is one more pass over the cache's keys.
+    batch_rows = 65_536
 
     def __init__(self, embedding_set: EmbeddingSet):
         self.embedding_set = embedding_set

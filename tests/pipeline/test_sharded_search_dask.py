@@ -1,5 +1,8 @@
 """retrieve with `shards=2` (two local Dask workers, each reading its rows from the embedding
 cache) writes the same run files as one process, for flat and IVF, ties included."""
+from pathlib import Path
+
+import faiss
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
@@ -8,6 +11,7 @@ from polars.testing import assert_frame_equal
 from tasks.stages.embed import store_vectors
 from tasks.stages.index import IndexSettings, build_index, resolve_ivf
 from tasks.stages.retrieve import retrieve
+from tasks.stages.sharded_index import build_sharded_index
 from tasks.stages.sharded_search import close_local_clusters
 
 
@@ -37,5 +41,21 @@ def test_two_worker_sharded_search_writes_the_one_process_runs(tmp_path):
             assert got.height == 25 * 40
             # Ties were there to settle: some query's 40 documents hold fewer than 40 distinct scores.
             assert got.group_by("query_id").agg(pl.col("score").n_unique()).get_column("score").min() < 40
+            # Built for shards: a small file, no index over the rows; the same quantizer, the same runs.
+            small = build_sharded_index(doc_set, settings, tmp_path, shards=2)
+            assert small.path.endswith(".sharded.faiss") and faiss.read_index(small.path).ntotal == 0
+            if settings.kind == "ivf":
+                assert np.array_equal(centroids(small.path), centroids(built.path))
+                assert small.size_bytes == Path(built.path).stat().st_size  # quantizer + lists, as one file holds them
+            else:
+                assert small.size_bytes == 2 * Path(small.path).stat().st_size + 2600 * 8 * 4
+            from_small = retrieve(small, doc_set, query_set, str(chunks_path), 40, nprobe, tmp_path, shards=2)
+            assert_frame_equal(pl.read_parquet(from_small.path), expected)
     finally:
         close_local_clusters()
+
+
+def centroids(path: str) -> np.ndarray:
+    index = faiss.read_index(path)  # held: the quantizer belongs to it
+    quantizer = faiss.downcast_index(faiss.extract_index_ivf(index).quantizer)
+    return quantizer.reconstruct_n(0, quantizer.ntotal)

@@ -21,6 +21,9 @@ cached rerun / first run (target <= 0.03), both as ratios of sums, and both nDCG
 - Our side: `retbench run <spec>` with specs/npl.yaml (MiniLM, flat + IVF, the report) into a
   fresh store, then the same command again for the cached rerun (a new output folder, the same
   store). Rounds run beir, ours, ours, beir: a drift of the machine's speed falls on both sides.
+- `--backend onnx`: our side on the ONNX Runtime backend (fp32, fused); after the first round's
+  runs, every NPL text's vector is compared with torch's (least cosine; target >= 0.9999), and
+  the nDCG@10 printed is then the ONNX run's against BEIR's torch run (target: equal to 1e-4).
 - Each side's unit of work runs under `nice` like the other, so the ratio is fair whatever the
   niceness of this script.
 
@@ -88,12 +91,15 @@ def beir_side(folder: str, batch_size: int) -> None:
     print(json.dumps({"ndcg@10": ndcg["NDCG@10"], "seconds_inside": time.perf_counter() - started}))
 
 
-def our_spec(work: Path) -> Path:
+def our_spec(work: Path, backend: str = "torch") -> Path:
     import yaml
 
     raw = yaml.safe_load((ROOT / "specs" / "npl.yaml").read_text())
     raw["dataset"]["path"] = str(SHARED / "glasgow" / "npl")
-    spec = work / "npl.yaml"
+    if backend != "torch":
+        for provider in raw["providers"]:
+            provider.setdefault("options", {})["backend"] = backend
+    spec = work / f"npl-{backend}.yaml"
     spec.write_text(yaml.safe_dump(raw))
     return spec
 
@@ -113,6 +119,41 @@ def timed(command: list[str], env: dict | None = None) -> tuple[float, float, st
     return seconds, children_cpu() - cpu, done.stdout
 
 
+def compare_backends(work: Path, store: Path, backend: str) -> None:
+    """Every NPL text's vector from `backend` against torch's, both read from `store`'s caches
+    (the torch run is `retbench run --stage embed` into the same store): the least cosine, and
+    how many texts fall below 0.9999."""
+    import numpy as np
+
+    from tasks.datasets.document_text import document_text
+    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from tasks.stages.dataset import load_dataset
+    from tasks.stages.embed import cache_dir_for, cache_key, _vectors_of
+    from tasks.store import shards
+    from tasks.store.shards import shard_paths
+
+    timed([sys.executable, "-m", "flows.cli", "run", str(our_spec(work)), "--store-dir", str(store),
+           "--output-dir", str(work / "out-torch-embed"), "--stage", "embed"])
+    data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")
+    texts = {"document": [document_text(t, x) for t, x in data.corpus.select("title", "text").iter_rows()],
+             "query": data.queries["text"].to_list()}
+
+    def vectors(provider, role: str) -> np.ndarray:
+        directory, _, fp_hash = cache_dir_for(store, provider)
+        by_key: dict[str, np.ndarray] = {}
+        for path in shard_paths(directory):
+            table = shards.read_shard(path, ["key", "vector"])
+            by_key |= dict(zip(table.column("key").to_pylist(), _vectors_of(table)))
+        return np.stack([by_key[cache_key(fp_hash, role, text)] for text in texts[role]])
+
+    for role in ("document", "query"):
+        a = vectors(SentenceTransformersProvider(), role)
+        b = vectors(SentenceTransformersProvider(backend=backend), role)
+        cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        print(f"{backend} vs torch, {len(cosine)} {role}s: least cosine {cosine.min():.7f}, mean {cosine.mean():.7f}, "
+              f"below 0.9999: {(cosine < 0.9999).sum()}")
+
+
 def flat_ndcg10(out: Path) -> float:
     import polars as pl
 
@@ -127,6 +168,9 @@ def main() -> None:
     parser.add_argument("--beir-path", default=os.environ.get("BEIR_PATH"),
                         help="a folder holding the beir package (pip install --target)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "onnx-int8"],
+                        help="our side's sentence-transformers backend; not torch: its vectors are then compared "
+                             "with torch's on every text of NPL (the export is made once, before the rounds)")
     parser.add_argument("--beir-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.beir_only:
@@ -135,7 +179,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="retbench-beir-"))
     counts = write_beir_layout(work / "npl-beir")
-    spec = our_spec(work)
+    spec = our_spec(work, args.backend)
     print(f"scratch {work}; NPL in BEIR layout: {counts}; load {os.getloadavg()}", flush=True)
     beir_env = dict(os.environ)
     if args.beir_path:
@@ -152,6 +196,11 @@ def main() -> None:
         print(f"  beir   {seconds:7.1f}s  CPU {cpu:6.1f}s  (load {os.getloadavg()[0]:.1f})", flush=True)
         return seconds
 
+    if args.backend != "torch":  # the export, once: a user's later first runs find it in ~/.cache/retbench/onnx
+        from tasks.providers.sentence_transformers import SentenceTransformersProvider
+
+        SentenceTransformersProvider(backend=args.backend).fingerprint()
+
     def ours(n: int) -> tuple[float, float]:
         store = work / f"store-{n}"
         run = [sys.executable, "-m", "flows.cli", "run", str(spec), "--store-dir", str(store)]
@@ -163,6 +212,8 @@ def main() -> None:
         stages = json.loads((work / f"out-{n}" / "manifest.json").read_text()).get("stage_seconds", {})
         print(f"  ours   {first:7.1f}s  CPU {first_cpu:6.1f}s  cached {cached:5.2f}s (CPU {cached_cpu:5.2f}s)  (load {os.getloadavg()[0]:.1f})  "
               f"[{', '.join(f'{k} {v:.1f}' for k, v in stages.items())}]", flush=True)
+        if args.backend != "torch" and n == 0:
+            compare_backends(work, store, args.backend)
         shutil.rmtree(store, ignore_errors=True)
         return first, cached
 
@@ -184,8 +235,9 @@ def main() -> None:
     print(f"CPU seconds (user + system, children included): first / BEIR = {sum(cpus['first']) / sum(cpus['beir']):.3f}, "
           f"cached / first = {sum(cpus['cached']) / sum(cpus['first']):.4f}")
     difference = abs(results["our_ndcg"] - results["beir_ndcg"])
-    print(f"nDCG@10: ours (flat) {results['our_ndcg']:.8f}, BEIR {results['beir_ndcg']:.8f}, "
-          f"|difference| {difference:.2e} ({'equal' if difference <= 1e-6 else 'NOT equal'} to 1e-6)")
+    tolerance = 1e-6 if args.backend == "torch" else 1e-4
+    print(f"nDCG@10: ours (flat, {args.backend}) {results['our_ndcg']:.8f}, BEIR {results['beir_ndcg']:.8f}, "
+          f"|difference| {difference:.2e} ({'equal' if difference <= tolerance else 'NOT equal'} to {tolerance:g})")
     print(f"load at the end {os.getloadavg()}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

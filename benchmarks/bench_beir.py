@@ -196,7 +196,8 @@ def main() -> None:
         result = json.loads(stdout.splitlines()[-1])
         results["beir_ndcg"] = result["ndcg@10"]
         cpus["beir"].append(cpu)
-        print(f"  beir   {seconds:7.1f}s  CPU {cpu:6.1f}s  (load {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"  beir   {seconds:7.1f}s  CPU {cpu:6.1f}s  nDCG@10 {result['ndcg@10']:.6f}  (load {os.getloadavg()[0]:.1f})",
+              flush=True)
         return seconds
 
     if args.backend != "torch":  # the export, once: a user's later first runs find it in ~/.cache/retbench/onnx
@@ -213,7 +214,8 @@ def main() -> None:
         cpus["cached"].append(cached_cpu)
         results["our_ndcg"] = flat_ndcg10(work / f"out-{n}")
         stages = json.loads((work / f"out-{n}" / "manifest.json").read_text()).get("stage_seconds", {})
-        print(f"  ours   {first:7.1f}s  CPU {first_cpu:6.1f}s  cached {cached:5.2f}s (CPU {cached_cpu:5.2f}s)  (load {os.getloadavg()[0]:.1f})  "
+        print(f"  ours   {first:7.1f}s  CPU {first_cpu:6.1f}s  cached {cached:5.2f}s (CPU {cached_cpu:5.2f}s)  "
+              f"nDCG@10 {results['our_ndcg']:.6f}  (load {os.getloadavg()[0]:.1f})  "
               f"[{', '.join(f'{k} {v:.1f}' for k, v in stages.items())}]", flush=True)
         if args.backend != "torch" and n == 0:
             compare_backends(work, store, args.backend)

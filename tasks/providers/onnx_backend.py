@@ -60,10 +60,11 @@ class OnnxEncoder:
     @cached_property
     def folder(self) -> Path:
         """The exported model's folder, made once per (weights, backend, exporter versions)."""
-        import onnxruntime
-        import torch
+        from importlib.metadata import version
 
-        versions = {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+        # The installed versions without importing them: a cached rerun must not pay for torch's
+        # import (~2 s) to find an export that exists; the strings equal torch.__version__ etc.
+        versions = {"torch": version("torch"), "onnxruntime": version("onnxruntime")}
         key = stable_hash(EXPORT_RECIPE, self.weights_hash, self.backend, versions)
         folder = self.cache_dir / f"{self.model_path.name}-{self.backend}-{key[:16]}"
 

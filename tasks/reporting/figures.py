@@ -49,8 +49,12 @@ def cached_in(store: str | Path | None):
 
 def _digest(value) -> str:
     if isinstance(value, pl.DataFrame):
+        # polars' own IPC layout is not a function of the values: its string views point into
+        # data buffers laid out as the frame was built, so the report's settings frame hashed
+        # differently on every rerun and its figures were drawn again each time. One chunk in
+        # Arrow's plain layout (offsets and one data buffer per string column) is.
         buffer = io.BytesIO()
-        value.write_ipc(buffer)
+        value.rechunk().write_ipc(buffer, compat_level=pl.CompatLevel.oldest())
         return hashlib.sha256(buffer.getvalue()).hexdigest()
     return json.dumps(value, sort_keys=True, default=str)
 

@@ -1,0 +1,48 @@
+"""The ONNX export's cache folder is found by the installed versions of torch and onnxruntime,
+without importing either: a cached rerun on `backend: onnx` must not pay for torch's import."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import json, sys
+from pathlib import Path
+import tasks.providers.onnx_backend as onnx_backend
+
+def fake_export(model_path, target):  # the real one needs torch; the folder's key is the point here
+    Path(target).write_bytes(b"exported")
+
+def fake_optimize(model_path, source, target):
+    Path(target).write_bytes(b"fused")
+    return {}
+
+onnx_backend._export, onnx_backend._optimize = fake_export, fake_optimize
+model, cache = Path(sys.argv[1]), Path(sys.argv[2])
+first = onnx_backend.OnnxEncoder(model, "onnx", "weights", 128, cache).folder
+again = onnx_backend.OnnxEncoder(model, "onnx", "weights", 128, cache).folder
+print(json.dumps({"first": str(first), "again": str(again), "export": json.loads((first / "export.json").read_text()),
+                  "imported": sorted(m for m in ("torch", "onnxruntime") if m in sys.modules)}))
+"""
+
+
+def test_an_export_is_keyed_by_installed_versions_without_importing_them(tmp_path):
+    from importlib.metadata import version
+
+    model = tmp_path / "model"
+    (model / "1_Pooling").mkdir(parents=True)
+    (model / "modules.json").write_text(json.dumps([
+        {"type": "sentence_transformers.models.Transformer", "path": ""},
+        {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"}]))
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(model), str(tmp_path / "cache")], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["imported"] == []
+    assert result["first"] == result["again"] and Path(result["first"]).name.startswith("model-onnx-")
+    # the same strings torch.__version__ and onnxruntime.__version__ give ("2.13.0+cpu"): exports made
+    # before keep their key
+    assert result["export"]["torch"] == version("torch") and "+" in version("torch")
+    assert result["export"]["onnxruntime"] == version("onnxruntime")

@@ -94,7 +94,7 @@ def test_sample_report_reads_top_down_without_sideways_scroll(sample_out, browse
     assert facts["scrollWidth"] <= facts["viewport"] == VIEWPORT
     assert facts["headings"] == ["Verdict", "Interventions ladder", "Quality against cost, latency and size",
                                  "Tuning evidence (not held out)", "Regressions", "Where it fails",
-                                 "Languages and categories", "Approximate search", "Cheaper variants",
+                                 "Data audit", "Languages and categories", "Approximate search", "Cheaper variants",
                                  "Cost, latency and storage", "Metadata filters"]  # compressed indexes, filtered queries
     assert facts["figures"] == ["ndcg@10 per setting", "test gain against added latency per intervention",
                                 "quality against cost, latency and index size",

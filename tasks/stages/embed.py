@@ -435,18 +435,21 @@ def read_vector_range(embedding_set: EmbeddingSet, start: int, stop: int, out: n
     tasks/stages/sharded_search.py); the cache files are streamed as read_vectors does."""
     # Sliced in the scan: only the set file's row groups holding these rows are decoded.
     wanted = pl.scan_parquet(embedding_set.path).select("id", "key").slice(start, stop - start).collect()
-    keys = wanted.select("key").with_row_index("position")
-    with shards.folder_lock(embedding_set.cache_dir, shared=True):
-        return _read_vectors_locked(embedding_set, wanted["id"].to_list(), keys, out)[1]
+    return _read_wanted(embedding_set, wanted, out)
 
 
 def read_vector_rows(embedding_set: EmbeddingSet, rows: np.ndarray) -> np.ndarray:
     """The set's rows at these (sorted) row numbers and nothing else held: an IVF quantizer's
     training sample in a sharded build (tasks/stages/sharded_index.py)."""
     wanted = pl.read_parquet(embedding_set.path, columns=["id", "key"])[np.asarray(rows, dtype=np.int64)]
+    return _read_wanted(embedding_set, wanted)
+
+
+def _read_wanted(embedding_set: EmbeddingSet, wanted: pl.DataFrame, out: np.ndarray | None = None) -> np.ndarray:
+    """The vectors of `wanted` (id, key rows of the set), in its order, read under the folder's shared lock."""
     keys = wanted.select("key").with_row_index("position")
     with shards.folder_lock(embedding_set.cache_dir, shared=True):
-        return _read_vectors_locked(embedding_set, wanted["id"].to_list(), keys)[1]
+        return _read_vectors_locked(embedding_set, wanted["id"].to_list(), keys, out)[1]
 
 
 def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.DataFrame, out: np.ndarray | None = None):

@@ -171,12 +171,18 @@ def _score_missing(reranker, top: pl.DataFrame, live: set[str], directory: Path,
     pending: list[pa.Table] = []
     kept_at = time.monotonic()
 
-    def keep() -> None:
-        nonlocal kept_at
+    def write_pending() -> int:
+        """The scored calls not yet on disk into one shard; how many pairs that was."""
+        count = sum(table.num_rows for table in pending)
         if pending:
             written.append(_write_table(directory, pa.concat_tables(pending)))
-            count = sum(table.num_rows for table in pending)
             pending.clear()
+        return count
+
+    def keep() -> None:
+        nonlocal kept_at
+        count = write_pending()
+        if count:
             kept_at = time.monotonic()
             shown.advance(count)  # the pairs are on disk: a stop requested now keeps them
 
@@ -188,8 +194,7 @@ def _score_missing(reranker, top: pl.DataFrame, live: set[str], directory: Path,
         keep()
         shown.finish()
     finally:
-        if pending:  # a later call failed: what was scored stays
-            written.append(_write_table(directory, pa.concat_tables(pending)))
+        write_pending()  # a later call failed: what was scored stays
         if len(written) > 1:  # also after a failure: what was scored stays, in fewer files
             _merge(directory, written)
     return missing.height

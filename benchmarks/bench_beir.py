@@ -1,7 +1,7 @@
 """`retbench run` against BEIR's own dense pipeline on NPL (11,429 abstracts, the largest shared
 collection), each in its own process, alternated; and the cached rerun against the first run.
 
-    python benchmarks/bench_beir.py [--rounds N] [--beir-batch-size 128] [--keep]
+    python benchmarks/bench_beir.py [--rounds N] [--backend auto|torch|onnx|onnx-int8] [--fresh-export] [--keep]
 
 Prints per round the wall seconds of each side, then first run / BEIR (target <= 0.80) and
 cached rerun / first run (target <= 0.03), both as ratios of sums, and both nDCG@10 values
@@ -20,10 +20,14 @@ cached rerun / first run (target <= 0.03), both as ratios of sums, and both nDCG
   bars on.
 - Our side: `retbench run <spec>` with specs/npl.yaml (MiniLM, flat + IVF, the report) into a
   fresh store, then the same command again for the cached rerun (a new output folder, the same
-  store). Rounds run beir, ours, ours, beir: a drift of the machine's speed falls on both sides.
-- `--backend onnx`: our side on the ONNX Runtime backend (fp32, fused); after the first round's
-  runs, every NPL text's vector is compared with torch's (least cosine; target >= 0.9999), and
-  the nDCG@10 printed is then the ONNX run's against BEIR's torch run (target: equal to 1e-4).
+  store; with nothing to compute it runs without Prefect), and once more with `--prefect` (the
+  same rerun as a flow run, printed beside it). Rounds run beir, ours, ours, beir: a drift of the
+  machine's speed falls on both sides.
+- `--backend` (default auto, the provider's default: ONNX Runtime fp32, fused, for MiniLM): when
+  it is not torch, the export is made (and timed) before the rounds, and after the first round's
+  runs every NPL text's vector is compared with torch's (least cosine; target >= 0.9999); the
+  nDCG@10 printed is then the ONNX run's against BEIR's torch run (target: equal to 1e-4).
+  `--fresh-export` exports into the scratch folder, as on a machine that never ran retbench.
 - BEIR's `evaluate` rounds to 5 decimals: the nDCG@10 compared is the same pytrec_eval call on
   BEIR's results, unrounded (BEIR's rounded figure is printed beside it).
 - Each side's unit of work runs under `nice` like the other, so the ratio is fair whatever the
@@ -100,12 +104,12 @@ def beir_side(folder: str, batch_size: int) -> None:
     print(json.dumps({"ndcg@10": unrounded, "beir_rounded": ndcg["NDCG@10"], "seconds_inside": seconds}))
 
 
-def our_spec(work: Path, backend: str = "torch") -> Path:
+def our_spec(work: Path, backend: str = "auto") -> Path:
     import yaml
 
     raw = yaml.safe_load((ROOT / "specs" / "npl.yaml").read_text())
     raw["dataset"]["path"] = str(SHARED / "glasgow" / "npl")
-    if backend != "torch":
+    if backend != "auto":
         for provider in raw["providers"]:
             provider.setdefault("options", {})["backend"] = backend
     spec = work / f"npl-{backend}.yaml"
@@ -141,7 +145,7 @@ def compare_backends(work: Path, store: Path, backend: str) -> None:
     from tasks.store import shards
     from tasks.store.shards import shard_paths
 
-    timed([sys.executable, "-m", "flows.cli", "run", str(our_spec(work)), "--store-dir", str(store),
+    timed([sys.executable, "-m", "flows.cli", "run", str(our_spec(work, "torch")), "--store-dir", str(store),
            "--output-dir", str(work / "out-torch-embed"), "--stage", "embed"])
     data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")
     texts = {"document": [document_text(t, x) for t, x in data.corpus.select("title", "text").iter_rows()],
@@ -157,7 +161,7 @@ def compare_backends(work: Path, store: Path, backend: str) -> None:
         return {text: by_key[key] for text in texts[role] if (key := cache_key(fp_hash, role, text)) in by_key}
 
     for role in ("document", "query"):
-        a = vectors(SentenceTransformersProvider(), role)
+        a = vectors(SentenceTransformersProvider(backend="torch"), role)
         b = vectors(SentenceTransformersProvider(backend=backend), role)
         both = sorted(a.keys() & b.keys())
         a, b = np.stack([a[t] for t in both]), np.stack([b[t] for t in both])
@@ -180,9 +184,13 @@ def main() -> None:
     parser.add_argument("--beir-path", default=os.environ.get("BEIR_PATH"),
                         help="a folder holding the beir package (pip install --target)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "onnx-int8"],
-                        help="our side's sentence-transformers backend; not torch: its vectors are then compared "
-                             "with torch's on every text of NPL (the export is made once, before the rounds)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "onnx-int8"],
+                        help="our side's sentence-transformers backend (default: the provider's default, auto, which "
+                             "is onnx for MiniLM); not torch: its vectors are then compared with torch's on every "
+                             "text of NPL (the export is made once, before the rounds, and timed)")
+    parser.add_argument("--fresh-export", action="store_true",
+                        help="export the ONNX model into the scratch folder, as on a machine that never ran retbench, "
+                             "and time it (default: ~/.cache/retbench/onnx, where it usually already is)")
     parser.add_argument("--beir-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.beir_only:
@@ -209,31 +217,42 @@ def main() -> None:
               flush=True)
         return seconds
 
-    if args.backend != "torch":  # the export, once: a user's later first runs find it in ~/.cache/retbench/onnx
-        from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    if args.fresh_export:  # our child processes inherit it
+        os.environ["RETBENCH_ONNX_CACHE"] = str(work / "onnx-exports")
+    from tasks.providers.sentence_transformers import SentenceTransformersProvider
 
+    resolved = SentenceTransformersProvider(backend=args.backend).backend
+    export_seconds = 0.0
+    if resolved != "torch":  # the export, once per machine: a user's later first runs find it in ~/.cache/retbench/onnx
+        started = time.perf_counter()
         SentenceTransformersProvider(backend=args.backend).fingerprint()
+        export_seconds = time.perf_counter() - started
+        print(f"ONNX export ({resolved}): {export_seconds:.1f} s (about 0 when this machine had made it before)", flush=True)
 
     def ours(n: int) -> tuple[float, float]:
         store = work / f"store-{n}"
         run = [sys.executable, "-m", "flows.cli", "run", str(spec), "--store-dir", str(store)]
         first, first_cpu, _ = timed([*run, "--output-dir", str(work / f"out-{n}")])
         cached, cached_cpu, _ = timed([*run, "--output-dir", str(work / f"out-{n}-cached")])
+        # The same rerun as a Prefect flow run (what `retbench run` skips when nothing is to compute).
+        on_prefect, _, _ = timed([*run, "--output-dir", str(work / f"out-{n}-cached-prefect"), "--prefect"])
+        prefect_cached.append(on_prefect)
         cpus["first"].append(first_cpu)
         cpus["cached"].append(cached_cpu)
         results["our_ndcg"] = flat_ndcg10(work / f"out-{n}")
         stages = json.loads((work / f"out-{n}" / "manifest.json").read_text()).get("stage_seconds", {})
-        print(f"  ours   {first:7.1f}s  CPU {first_cpu:6.1f}s  cached {cached:5.2f}s (CPU {cached_cpu:5.2f}s)  "
+        print(f"  ours   {first:7.1f}s  CPU {first_cpu:6.1f}s  cached {cached:5.2f}s (CPU {cached_cpu:5.2f}s; "
+              f"as a flow run {on_prefect:5.2f}s)  "
               f"nDCG@10 {results['our_ndcg']:.6f}  (load {os.getloadavg()[0]:.1f})  "
               f"[{', '.join(f'{k} {v:.1f}' for k, v in stages.items())}]", flush=True)
-        if args.backend != "torch" and n == 0:
-            compare_backends(work, store, args.backend)
+        if resolved != "torch" and n == 0:
+            compare_backends(work, store, resolved)
         shutil.rmtree(store, ignore_errors=True)
         return first, cached
 
     results: dict = {}
     cpus: dict[str, list[float]] = {"beir": [], "first": [], "cached": []}
-    beirs, firsts, cacheds = [], [], []
+    beirs, firsts, cacheds, prefect_cached = [], [], [], []
     for r in range(args.rounds):
         print(f"round {r + 1}", flush=True)
         beirs.append(beir())
@@ -245,12 +264,16 @@ def main() -> None:
     print(f"BEIR  {', '.join(f'{s:.1f}' for s in beirs)} s; ours first {', '.join(f'{s:.1f}' for s in firsts)} s; "
           f"cached {', '.join(f'{s:.2f}' for s in cacheds)} s")
     print(f"first run / BEIR  = {sum(firsts) / sum(beirs):.3f}  (target <= 0.80; sums of {len(firsts)} and {len(beirs)})")
-    print(f"cached / first    = {sum(cacheds) / sum(firsts):.4f}  (target <= 0.03)")
+    print(f"cached / first    = {sum(cacheds) / sum(firsts):.4f}  (target <= 0.03); as a flow run (--prefect) "
+          f"{sum(prefect_cached) / sum(firsts):.4f}")
+    if export_seconds:
+        print(f"first run + the one-time ONNX export ({export_seconds:.1f} s) / BEIR, one pair: "
+              f"{(firsts[0] + export_seconds) / beirs[0]:.3f}")
     print(f"CPU seconds (user + system, children included): first / BEIR = {sum(cpus['first']) / sum(cpus['beir']):.3f}, "
           f"cached / first = {sum(cpus['cached']) / sum(cpus['first']):.4f}")
     difference = abs(results["our_ndcg"] - results["beir_ndcg"])
-    tolerance = 1e-6 if args.backend == "torch" else 1e-4
-    print(f"nDCG@10: ours (flat, {args.backend}) {results['our_ndcg']:.8f}, BEIR {results['beir_ndcg']:.8f}, "
+    tolerance = 1e-6 if resolved == "torch" else 1e-4
+    print(f"nDCG@10: ours (flat, {resolved}) {results['our_ndcg']:.8f}, BEIR {results['beir_ndcg']:.8f}, "
           f"|difference| {difference:.2e} ({'equal' if difference <= tolerance else 'NOT equal'} to {tolerance:g})")
     print(f"load at the end {os.getloadavg()}")
     if not args.keep:

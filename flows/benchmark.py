@@ -59,6 +59,8 @@ def _unwrap(value, found: list[StageFuture]):
 class PrefectRunner:
     """Submits each stage call as a Prefect task run on the flow's task runner."""
 
+    orchestrator = "prefect"
+
     def __init__(self):
         self._tasks: dict = {}
 

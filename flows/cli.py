@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="measure the latency profile and the ANN sweep again (default: reuse this machine's figures)")
     run.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
                      help="run the providers' stages in parallel on Dask: a local cluster, or the scheduler at ADDRESS")
+    run.add_argument("--prefect", action="store_true",
+                     help="run as a Prefect flow even when every stage's output is in the store (default: such a "
+                          "run skips Prefect and its server; flows/fast_path.py)")
     run.add_argument("--debug", action="store_true", help="show tracebacks (and Prefect's logging) of expected failures")
     run.set_defaults(func=_run)
 
@@ -119,6 +122,14 @@ def _run(args) -> int:
         spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
         select_providers(spec, args.providers)
         preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
+        if not (args.prefect or args.force or args.remeasure):
+            from flows.fast_path import run_if_cached
+            from tasks.pipeline import Selection
+
+            if run_if_cached(spec, Selection(stage=args.stage, providers=tuple(args.providers or ())), str(args.spec)):
+                if pending is not None:
+                    pending.discard()
+                return 0
     except BaseException:
         if pending is not None:
             pending.discard()

@@ -69,6 +69,7 @@ class Runner:
     """Runs each stage call at once, in this process; `announce(stage)` is called when a
     stage starts (the crash tests kill the process at chosen stages)."""
 
+    orchestrator = "in-process"  # manifest.json's run.orchestrator: no Prefect flow run recorded it
     # Parts of one set embedded one after another buy nothing, and cost padding: each part is
     # length-sorted on its own, so its batches mix lengths more than one sorted pass does.
     default_shards = 1
@@ -288,6 +289,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
     manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
                               all_embeddings, all_indexes, runs, tables, time.perf_counter() - started, sweep_results,
                               index_notes=[n for plan in plans.values() for n in plan.notes], systems=system_runs)
+    manifest["run"]["orchestrator"] = runner.orchestrator
     manifest["truncation"] = [row for rows in produced.results_of("clipping") for row in rows]
     manifest["data_audit"] = runner.submit("score", data_audit_stage, dataset, spec, tables.get("runs"),
                                            label="data-audit").result()

@@ -6,9 +6,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
+# scipy.special, not scipy.stats: the same functions that stats.t and stats.binom call, without
+# the 2 s import of scipy.stats, which a cached rerun (a few seconds in all) would spend here.
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,13 @@ def non_inferiority(candidate: np.ndarray, best: np.ndarray, margin: float, leve
         raise ValueError(f"a non-inferiority test needs at least 2 paired queries (got {n})")
     mean = float(diffs.mean())
     se = float(diffs.std(ddof=1)) / math.sqrt(n)
-    t_crit = float(stats.t.ppf(level, n - 1))
+    from scipy import special
+
+    t_crit = float(special.stdtrit(n - 1, level))  # = stats.t.ppf(level, n - 1)
     if se == 0.0:  # every query differs by the same amount: the answer is certain
         return NonInferiority(mean, mean, 0.0 if mean > -margin else 1.0, n, margin)
     t_stat = (mean + margin) / se
-    return NonInferiority(mean, mean - t_crit * se, float(stats.t.sf(t_stat, n - 1)), n, margin)
+    return NonInferiority(mean, mean - t_crit * se, float(special.stdtr(n - 1, -t_stat)), n, margin)  # = stats.t.sf
 
 
 def quantile_band(samples, q: float = 0.95, level: float = LEVEL) -> tuple[float, float]:
@@ -56,11 +59,18 @@ def quantile_band(samples, q: float = 0.95, level: float = LEVEL) -> tuple[float
         raise ValueError("no timing samples")
     tail = (1 - level) / 2
     # The k-th smallest sample (1-based) lies below the quantile with probability P(Binom(n, q) >= k).
-    low_k = int(stats.binom.ppf(tail, n, q))  # P(X <= low_k) >= tail: sample low_k bounds from below
-    high_k = int(stats.binom.ppf(1 - tail, n, q)) + 1
+    low_k = _binom_ppf(tail, n, q)  # P(X <= low_k) >= tail: sample low_k bounds from below
+    high_k = _binom_ppf(1 - tail, n, q) + 1
     low = x[max(low_k, 1) - 1]
     high = x[min(high_k, n) - 1]
     return float(low), float(high)
+
+
+def _binom_ppf(p: float, n: int, q: float) -> int:
+    """stats.binom.ppf(p, n, q) for 0 < p < 1: the very function it calls (Boost's quantile)."""
+    from scipy.special import _ufuncs  # noqa: PLC2701  (scipy.stats reaches it the same way)
+
+    return int(_ufuncs._binom_ppf(p, n, q))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 # Options that change how a model runs (or where its exports live), never which model it is.
 ENGINE_OPTIONS = ("backend", "onnx_cache", "batch_size", "threads", "device")
-FULL_BACKEND = "torch"
+FULL_BACKEND = "auto"  # the default; torch and onnx (fp32) compute the same vectors (cosine >= 0.9999999)
+FULL_BACKENDS = ("auto", "torch", "onnx")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ def _model_options(provider) -> dict:
 
 
 def _is_full(provider) -> bool:
-    return provider.dimensions is None and provider.options.get("backend", FULL_BACKEND) == FULL_BACKEND
+    return provider.dimensions is None and provider.options.get("backend", FULL_BACKEND) in FULL_BACKENDS
 
 
 def cheaper_variants(spec) -> list[CheaperVariant]:
@@ -39,6 +40,6 @@ def cheaper_variants(spec) -> list[CheaperVariant]:
             continue
         backend = provider.options.get("backend", FULL_BACKEND)
         changes = ([f"dimensions {provider.dimensions}"] if provider.dimensions is not None else []) + (
-            [f"backend {backend}"] if backend != FULL_BACKEND else [])
-        out.append(CheaperVariant(provider.name, full.name, ", ".join(changes), backend != FULL_BACKEND))
+            [f"backend {backend}"] if backend not in FULL_BACKENDS else [])
+        out.append(CheaperVariant(provider.name, full.name, ", ".join(changes), backend not in FULL_BACKENDS))
     return out

@@ -23,14 +23,46 @@ import numpy as np
 from tasks.store.build import build_folder_once
 from tasks.store.files import file_sha256, stable_hash, write_json
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKENDS = ("torch", "onnx", "onnx-int8")  # "auto" (the default) resolves to onnx or torch: resolve_backend
 # Part of the export's cache key (so of the fingerprint): change it when the recipe changes.
 EXPORT_RECIPE = "onnx-export-v3: torchscript export, bert fusions, dynamic int8 per channel on MatMul/Attention"
 _POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 
 
+def resolve_backend(backend: str, model_path: Path) -> str:
+    """`auto`: onnx (fp32) when the model's structure allows it, else torch; others as given."""
+    if backend != "auto":
+        return backend
+    return "torch" if unsupported(model_path) else "onnx"
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("RETBENCH_ONNX_CACHE", Path.home() / ".cache" / "retbench" / "onnx"))
+
+
+def _structure(model_path: Path) -> tuple[list[dict], list[str], dict]:
+    """(modules.json's entries, their class names, the pooling module's config)."""
+    modules = json.loads((model_path / "modules.json").read_text())
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    pooling_dir = next((m["path"] for m in modules if m["type"].endswith("Pooling")), None)
+    config = json.loads((model_path / pooling_dir / "config.json").read_text()) if pooling_dir is not None else {}
+    return modules, kinds, config
+
+
+def unsupported(model_path: Path) -> str | None:
+    """Why this sentence-transformers folder cannot run on the ONNX backend; None when it can
+    (Transformer + mean or CLS pooling, + Normalize: what `encode` reproduces)."""
+    if not (Path(model_path) / "modules.json").is_file():
+        return "no modules.json (not a sentence-transformers folder)"
+    _, kinds, config = _structure(Path(model_path))
+    if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
+        return f"the ONNX backend handles Transformer + Pooling (+ Normalize) models; this one has {kinds}"
+    modes = [mode for key, mode in _POOLING.items() if config.get(key)]
+    other = [k for k, v in config.items() if k.startswith("pooling_mode") and v is True and k not in _POOLING]
+    if len(modes) != 1 or other:
+        return (f"pooling {sorted(k for k, v in config.items() if v is True)} is not supported by the ONNX backend "
+                "(mean or cls only)")
+    return None
 
 
 class OnnxEncoder:
@@ -43,19 +75,12 @@ class OnnxEncoder:
         self.model_path, self.backend, self.weights_hash = Path(model_path), backend, weights_hash
         self.max_seq_length, self.threads = max_seq_length, threads
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-        modules = json.loads((self.model_path / "modules.json").read_text())
-        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
-        if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
-            raise ValueError(f"{self.model_path}: the ONNX backend handles Transformer + Pooling (+ Normalize) models; "
-                             f"this one has {kinds}: use backend: torch")
-        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
-        config = json.loads((self.model_path / pooling_dir / "config.json").read_text())
-        modes = [mode for key, mode in _POOLING.items() if config.get(key)]
-        other = [k for k, v in config.items() if k.startswith("pooling_mode") and v is True and k not in _POOLING]
-        if len(modes) != 1 or other:
-            raise ValueError(f"{self.model_path}: pooling {sorted(k for k, v in config.items() if v is True)} is not "
-                             "supported by the ONNX backend (mean or cls only): use backend: torch")
-        self.pooling, self.normalize = modes[0], "Normalize" in kinds
+        reason = unsupported(self.model_path)
+        if reason:
+            raise ValueError(f"{self.model_path}: {reason}: use backend: torch")
+        _, kinds, config = _structure(self.model_path)
+        self.pooling = next(mode for key, mode in _POOLING.items() if config.get(key))
+        self.normalize = "Normalize" in kinds
 
     @cached_property
     def folder(self) -> Path:
@@ -69,6 +94,11 @@ class OnnxEncoder:
         folder = self.cache_dir / f"{self.model_path.name}-{self.backend}-{key[:16]}"
 
         def build(tmp: Path) -> None:
+            import logging
+
+            # One opaque call of ~20 s (a quiet 2-core machine): said before it starts, not left silent.
+            logging.getLogger("retbench").info(
+                f"exporting {self.model_path.name} to ONNX ({self.backend}), once per machine and model, into {folder}")
             tmp.mkdir(parents=True)
             exported, fused = tmp / "exported.onnx", tmp / "model.onnx" if self.backend == "onnx" else tmp / "fp32.onnx"
             _export(self.model_path, exported)

@@ -28,8 +28,11 @@ class SentenceTransformersOptions(BaseModel):
     max_seq_length: int | None = Field(None, ge=8)
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
-    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
-        "torch", description="onnx / onnx-int8: ONNX Runtime on an export of the model (tasks/providers/onnx_backend.py)")
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        "auto", description="auto: onnx when the model's structure allows (Transformer + mean/CLS pooling (+ Normalize)), "
+                            "else torch. onnx: ONNX Runtime, fp32, on a fused export of the model, made once per machine "
+                            "(tasks/providers/onnx_backend.py); its vectors match torch's to a cosine of 0.9999999. "
+                            "onnx-int8: quantised, faster, changes the vectors (docs/results.md)")
     onnx_cache: str | None = Field(None, description="folder for ONNX exports; default ~/.cache/retbench/onnx")
 
 
@@ -54,13 +57,15 @@ class SentenceTransformersProvider(Provider):
         self.path = Path(self.options.model) if self.options.model else _default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")
+        from tasks.providers.onnx_backend import resolve_backend
+
+        self._backend = resolve_backend(self.options.backend, self.path)
 
     def fingerprint(self) -> dict:
         config = self._read_config()
         # Another engine computes slightly different vectors: its own cache rows. torch adds
         # no key, so caches made before backends existed stay valid.
-        backend = {} if self.options.backend == "torch" else {
-            "backend": self.options.backend, "onnx_sha256": self._onnx.sha256}
+        backend = {} if self.backend == "torch" else {"backend": self.backend, "onnx_sha256": self._onnx.sha256}
         return {**backend,
             "kind": self.kind,
             "model": self._model_name(),
@@ -78,7 +83,8 @@ class SentenceTransformersProvider(Provider):
 
     @property
     def backend(self) -> str:
-        return self.options.backend
+        """The engine that computes the vectors: options.backend, with auto resolved."""
+        return self._backend
 
     def _prefix(self, role) -> str:
         return self.options.query_prefix if role == "query" else self.options.document_prefix

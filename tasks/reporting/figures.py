@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.history import TREND_KEYS
 from tasks.store.build import build_once
 from tasks.store.files import file_sha256, stable_hash
 
@@ -76,7 +75,7 @@ def _memoised(draw):
             Path(tmp).write_text(json.dumps({"value": drawn[0], "tuple": isinstance(drawn[0], tuple)}))
 
         path = store / "figures" / f"{key[:40]}.json"
-        build_once(store, path, build, parse=lambda p: json.loads(p.read_text()))
+        build_once(store, path, build, parse=lambda p: json.loads(p.read_text()), work=False)
         if drawn:
             return drawn[0]
         kept = json.loads(path.read_text())
@@ -394,34 +393,4 @@ def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
     axis.set_xlabel(f"{measure} (mean, 95% bootstrap interval)")
     axis.grid(axis="x", alpha=0.3)
     axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, len(labels)), frameon=False)
-    return _png(figure)
-
-
-@_memoised
-def trend_plot(trend: pl.DataFrame, measure: str) -> str | None:
-    """One line per setting across runs (x = runs in order, labelled by date); settings whose
-    series are identical share one line and one legend entry, so no series hides behind another."""
-    if trend is None or trend.height < 2:
-        return None
-    series = [c for c in trend.columns if c not in TREND_KEYS]
-    groups: dict[tuple, list[str]] = {}
-    for column in series:
-        key = tuple(None if v is None else round(v, 6) for v in trend[column].to_list())
-        groups.setdefault(key, []).append(column)
-    plt = load_matplotlib()
-    figure, axis = plt.subplots(figsize=(WIDTH, 3.8))
-    x = list(range(trend.height))
-    for i, (values, names) in enumerate(groups.items()):
-        label = " = ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} identical"
-        axis.plot(x, list(values), marker="o", color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=safe(label, 80))
-    # A new series (the data changed) starts right of a dotted line: values are not comparable across it.
-    if "series" in trend.columns:
-        for at in [i for i in range(1, trend.height) if trend["series"][i] != trend["series"][i - 1]]:
-            axis.axvline(at - 0.5, color="grey", linestyle=":", linewidth=1)
-    stamps = [f"#{i + 1} " + str(v)[:16].replace("T", " ") for i, v in enumerate(trend["finished_at"].to_list())]
-    axis.set_xticks(x, stamps, rotation=20, ha="right", fontsize=8)
-    axis.set_xlim(-0.3, len(x) - 0.7)
-    axis.set_ylabel(measure)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _png(figure)

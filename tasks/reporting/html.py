@@ -22,6 +22,7 @@ from tasks.analysis.history import TREND_KEYS
 from tasks.reporting import figures
 from tasks.reporting.finetune_section import finetune_section
 from tasks.reporting.ladder_section import ladder_paragraph
+from tasks.reporting.trend_svg import trend_svg
 from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
 from tasks.store.files import write_text
@@ -517,9 +518,12 @@ def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
     if trend is None or trend.height < 2:
         return None
     section = Section("Trend across runs", "trend")
-    _figure(section, figures.trend_plot(trend, measure), "trend",
-            f"{measure} of every recorded run of this spec, oldest left, one line per setting (settings with identical "
-            f"values share a line and a legend entry).")
+    caption = (f"{measure} of every recorded run of this spec, oldest left, one line per setting (settings with identical "
+               f"values share a line and a legend entry).")
+    drawn = trend_svg(trend, measure)
+    if drawn:
+        section.blocks.append(("raw", f"<figure>{drawn}<figcaption>{html.escape(caption)}</figcaption></figure>",
+                               f"*Figure: {md_prose(caption)}*"))
     # Settings down, the last runs across: a table that stays narrow however many settings there are.
     latest = trend.tail(6)
     series = [c for c in trend.columns if c not in TREND_KEYS]

@@ -39,7 +39,7 @@ from tasks.providers import Provider, Role
 from tasks.providers.fingerprint import full_fingerprint
 from tasks.stages import embed_dim
 from tasks.stages.vectors import l2_normalized
-from tasks.store.build import StageResult, build_once
+from tasks.store.build import StageResult, build_once, need_work
 from tasks.store import shards
 from tasks.store.files import stable_hash, write_json
 from tasks.store.integrity import parquet_readable
@@ -217,6 +217,7 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
     """Embed `missing` ({key: text}), one shard per batch as it completes; (dim, tokens, token source)."""
     if not missing:
         return None, 0, "none"  # the stage logs the one line "0 embedded, N served from cache"
+    need_work(f"embed {len(missing)} {role} texts with {provider_name}")
     # Similar lengths in one batch waste less padding (sentence-transformers pads to the
     # longest text of a batch); the cache is keyed, so the order does not matter.
     items = sorted(missing.items(), key=lambda item: len(item[1]))

@@ -30,7 +30,7 @@ from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked
                                 cache_dim, embed_progress, heal_cache, open_folder, set_address, shard_paths, speaker)
 from tasks.stages import embed_dim
 from tasks.store import shards
-from tasks.store.build import build_once
+from tasks.store.build import build_once, need_work
 from tasks.store.integrity import parquet_readable
 
 _PLANNED = b"planned_ns"  # part metadata: rows written to the cache after this moment are done
@@ -90,6 +90,8 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
                 missing[key] = text
         cached_tokens, cached_source = _cached_tokens(provider, cached_texts, cached_keys, live, role)
         missing_count = len(missing)
+        if missing:
+            need_work(f"embed {missing_count} {role} texts with {provider_name}")
         parts = _claim_pending(directory, store, missing, live) + _write_parts(directory, missing, shards_, batch_size)
         set_table = pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())})
         build_once(store, set_path, lambda tmp: pq.write_table(set_table, tmp, compression="zstd"),

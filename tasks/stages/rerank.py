@@ -33,7 +33,7 @@ from tasks.analysis.runs import RUN_SCHEMA, trec_order
 from tasks.progress import Progress, stop_requested
 from tasks.rerankers.base import RerankBatch, Reranker
 from tasks.stages.embed import cached_vectors
-from tasks.store.build import StageResult, build_once
+from tasks.store.build import StageResult, build_once, need_work
 from tasks.store.files import stable_hash, write_json, write_parquet
 from tasks.store import shards
 from tasks.store.integrity import parquet_readable
@@ -165,6 +165,7 @@ def _score_missing(reranker, top: pl.DataFrame, live: set[str], directory: Path,
         if progress:
             progress(f"{name}: all {top.height} pairs served from cache, 0 scored")
         return 0
+    need_work(f"rerank {missing.height} pairs with {name}")
     planned = plan_batches(reranker, missing, batch_size)
     shown = Progress(f"rerank {name}", missing.height, unit="pairs", emit=progress or log.info)
     written: list[Path] = []

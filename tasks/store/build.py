@@ -13,6 +13,7 @@ import json
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
@@ -35,6 +36,31 @@ class StageResult:
         """The stage's own facts (the fields a subclass adds), as plain values."""
         common = {f.name for f in fields(StageResult)}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in common}
+
+
+class WorkNeeded(Exception):
+    """Raised under `cached_only()` where the run would compute something rather than read it."""
+
+
+_only_cached: list[bool] = []  # a module global, not a context variable: it must hold in every thread
+
+
+@contextmanager
+def cached_only():
+    """Within: `need_work(what)` raises WorkNeeded. `retbench run` first tries a run this way,
+    in its own process, and starts the orchestrator only when something has to be computed
+    (flows/fast_path.py): a rerun with every output in the store costs its reads, not Prefect's start."""
+    _only_cached.append(True)
+    try:
+        yield
+    finally:
+        _only_cached.pop()
+
+
+def need_work(what: str) -> None:
+    """Called before a model runs, an index is built or anything else lands in the store."""
+    if _only_cached:
+        raise WorkNeeded(what)
 
 
 def metadata_path(path: str | Path) -> Path:
@@ -75,6 +101,7 @@ def build_once(
     parse: Callable[[Path], object] | None = None,
     force: bool = False,
     lock: bool = True,
+    work: bool = True,
 ) -> Built:
     """Make sure `path` holds an intact artifact, building it at most once across processes.
 
@@ -84,7 +111,9 @@ def build_once(
     - an existing file is checked against its checksum sidecar (or, with no sidecar, by
       `parse`); a damaged one is quarantined and rebuilt;
     - `force` rebuilds even an intact file;
-    - `lock=False` when the caller already holds a lock covering `path`.
+    - `lock=False` when the caller already holds a lock covering `path`;
+    - `work=False` for what every run makes as part of its report (a figure): not refused by
+      `cached_only()`, so a run with nothing else to do still skips the orchestrator.
     """
     path = Path(path)
     started = time.perf_counter()
@@ -95,6 +124,8 @@ def build_once(
             fetched(metadata_path(path))  # the file came from an object store: its metadata too
         metadata = None
         if computed:
+            if work and not force:  # force: a deliberate rewrite (a run's own outputs), not missing work
+                need_work(f"build {path}")
             holder: dict = {}
             write_checked(path, lambda tmp: holder.setdefault("metadata", build(tmp)))
             metadata = holder.get("metadata")
@@ -123,6 +154,8 @@ def build_folder_once(
         intact = all(verify(folder / name, store, None if name.endswith(".json") else parse) for name in files)
         computed = force or not intact
         if computed:
+            if not force:
+                need_work(f"build {folder}")
             tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp"
             try:
                 build(tmp)

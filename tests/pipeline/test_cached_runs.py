@@ -141,7 +141,7 @@ def test_provider_options_are_refused_at_load_with_their_key_path(tmp_path, opti
 
 
 def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothing_cached(tmp_path):
-    """`retbench run` imports a provider's heavy modules (torch, sentence-transformers: ~5 s) in
+    """`retbench run` imports a provider's heavy modules (onnxruntime, transformers: ~5 s) in
     the seconds it waits for Prefect's API server, when the provider will embed; a cached rerun,
     a run that stops before the embed stage and a remote store import nothing."""
     import numpy as np
@@ -157,7 +157,7 @@ def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothi
         "  - {name: minilm-128, kind: sentence-transformers, dimensions: 128}")
     spec_path.write_text(text, encoding="utf-8")
     spec = load_spec(spec_path)
-    heavy = ["torch", "sentence_transformers"]
+    heavy = ["onnxruntime", "transformers"]  # backend auto: ONNX Runtime, with transformers' tokenizer (and torch)
     assert modules_of_providers_to_embed(spec, Selection()) == heavy  # once, for both MiniLM providers
     assert modules_of_providers_to_embed(spec, Selection(stage="chunk")) == []
     assert modules_of_providers_to_embed(spec, Selection(providers=("hashing",))) == []

@@ -17,7 +17,7 @@ TEXTS = ["How do I rotate an API key?", "refund", "Webhook retries use exponenti
 
 @pytest.mark.slow
 def test_onnx_matches_torch_and_has_its_own_fingerprint(tmp_path):
-    torch_provider = create_provider("sentence-transformers")
+    torch_provider = create_provider("sentence-transformers", {"backend": "torch"})
     onnx_provider = create_provider("sentence-transformers", {"backend": "onnx", "onnx_cache": str(tmp_path)})
     expected = l2_normalized(torch_provider.encode(TEXTS, "document"))
     got = l2_normalized(onnx_provider.encode(TEXTS, "document"))
@@ -64,5 +64,5 @@ def test_int8_quantises_the_matrix_products_and_stays_close_to_torch(tmp_path):
 def test_unknown_backend_is_refused_at_spec_load(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("name: t\ndataset: {path: data}\nproviders: [{name: m, kind: sentence-transformers, options: {backend: tensorrt}}]\n")
-    with pytest.raises(SpecError, match=r"providers\[0\]\.options\.backend: Input should be 'torch', 'onnx' or 'onnx-int8'"):
+    with pytest.raises(SpecError, match=r"providers\[0\]\.options\.backend: Input should be 'auto', 'torch', 'onnx' or 'onnx-int8'"):
         load_spec(path)

@@ -123,7 +123,7 @@ def test_minilm_batches_texts_of_similar_token_counts_and_tokenises_each_text_on
     assert padded(plan) == fewest < padded(char_plan)
 
     # The batches' counts come from the plan: no tokenizer is asked again.
-    provider.__dict__["_model"] = None  # the cached model: token_counts would fail on it
+    provider.__dict__["_onnx"] = None  # the cached encoder (backend auto: onnx): token_counts would fail on it
     for batch in plan:
         assert provider.token_counts([texts[i] for i in batch], "document") == ([counts[i] for i in batch], "tokenizer")
     assert provider._counted["document"] == {}  # served once each: a long-lived worker keeps no texts

@@ -27,7 +27,7 @@ FACTS = """JSON.stringify({
   viewport: window.innerWidth,
   headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
   subheadings: [...document.querySelectorAll('h3')].map(h => h.textContent),
-  figures: [...document.querySelectorAll('figure img')].map(i => i.alt),
+  figures: [...document.querySelectorAll('figure img, figure svg')].map(i => i.getAttribute('alt') || i.getAttribute('aria-label')),
   broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).length,
   verdict: (document.querySelector('.verdict') || {}).textContent || '',
   regressions: (document.querySelector('#regressions') || {nextElementSibling: null}).nextElementSibling?.textContent || ''

@@ -46,3 +46,34 @@ def test_an_export_is_keyed_by_installed_versions_without_importing_them(tmp_pat
     # before keep their key
     assert result["export"]["torch"] == version("torch") and "+" in version("torch")
     assert result["export"]["onnxruntime"] == version("onnxruntime")
+
+
+def _model(folder: Path, modules: list[str], pooling: dict) -> Path:
+    (folder / "1_Pooling").mkdir(parents=True)
+    paths = {"Transformer": "", "Pooling": "1_Pooling", "Normalize": "2_Normalize", "Dense": "2_Dense"}
+    (folder / "modules.json").write_text(json.dumps(
+        [{"type": f"sentence_transformers.models.{kind}", "path": paths[kind]} for kind in modules]))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return folder
+
+
+def test_backend_auto_is_onnx_for_what_the_export_reproduces_and_torch_for_the_rest(tmp_path):
+    from tasks.providers.onnx_backend import resolve_backend, unsupported
+
+    mean = {"pooling_mode_mean_tokens": True}
+    exportable = _model(tmp_path / "a", ["Transformer", "Pooling", "Normalize"], mean)
+    dense = _model(tmp_path / "b", ["Transformer", "Pooling", "Dense"], mean)
+    max_pooled = _model(tmp_path / "c", ["Transformer", "Pooling"], {"pooling_mode_max_tokens": True})
+    assert unsupported(exportable) is None and resolve_backend("auto", exportable) == "onnx"
+    assert "Dense" in unsupported(dense) and resolve_backend("auto", dense) == "torch"
+    assert "pooling_mode_max_tokens" in unsupported(max_pooled) and resolve_backend("auto", max_pooled) == "torch"
+    assert resolve_backend("torch", exportable) == "torch" and resolve_backend("onnx-int8", dense) == "onnx-int8"
+    assert resolve_backend("auto", tmp_path) == "torch"  # no modules.json: a bare transformers folder
+
+
+def test_the_packaged_minilm_runs_on_onnx_by_default_and_on_torch_when_asked():
+    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+
+    assert SentenceTransformersProvider().backend == "onnx"
+    assert SentenceTransformersProvider(backend="torch").backend == "torch"
+    assert SentenceTransformersProvider().first_use_modules() == ("onnxruntime", "transformers")

@@ -58,15 +58,21 @@ def run_if_cached(spec, selection, spec_path: str) -> bool:
         held.drop()
         log.debug("work to do (%s): running the Prefect flow", needed)
         return False
+    except BaseException:
+        _print(held)  # what led to the failure, as the flow would have shown it; the error's line follows
+        raise
     finally:
         log.removeHandler(held)
         log.setLevel(level)
+    _print(held, f"nothing to compute: every stage's output was in the store, so this run ran without Prefect "
+                 f"(no flow run recorded; --prefect to record one); output in {result.output_dir}")
+    return True
+
+
+def _print(held: _HeldBack, last: str | None = None) -> None:
     console = logging.StreamHandler(sys.stderr)  # where Prefect's console handler writes them
     console.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
     held.print_to(console)
-    console.handle(log.makeRecord(log.name, logging.INFO, __file__, 0,
-                                  f"nothing to compute: every stage's output was in the store, so this run ran without "
-                                  f"Prefect (no flow run recorded; --prefect to record one); output in {result.output_dir}",
-                                  None, None))
+    if last:
+        console.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, last, None, None))
     console.flush()
-    return True

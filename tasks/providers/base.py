@@ -80,6 +80,10 @@ class Provider:
         rest off; None when nothing is cut or the provider does not know."""
         return None
 
+    def without_window(self) -> str:
+        """What the clipping audit says of a provider whose `input_window` is None."""
+        return "no input window declared, none counted as truncated"
+
     def first_use_modules(self) -> tuple[str, ...]:
         return ()
 

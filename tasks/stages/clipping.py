@@ -29,6 +29,7 @@ class Clipping:
     tokens: int | None  # tokens of all the texts (None when the window is unknown: not counted)
     tokens_dropped: int  # tokens past the window, summed over the truncated texts
     token_source: str  # tokenizer | estimate | usage | none
+    note: str = ""  # without a window: what the provider says of long texts
 
     @property
     def share_dropped(self) -> float:
@@ -40,7 +41,7 @@ class Clipping:
     def line(self) -> str:
         what = f"{self.provider} {self.role} texts"
         if self.window is None:
-            return f"{what}: no input window declared, none counted as truncated"
+            return f"{what}: {self.note or 'no input window declared, none counted as truncated'}"
         line = (f"{what}: {self.truncated} of {self.texts} longer than the {self.window}-token window, "
                 f"{self.share_dropped:.1%} of the tokens cut ({self.token_source} counts)")
         if self.share_dropped >= LARGE_SHARE:
@@ -64,7 +65,7 @@ def set_clipping(provider: Provider, embedding_set, texts_path: str | Path, id_c
     window = provider.input_window()
     name, role = embedding_set.provider, embedding_set.role
     if window is None:
-        return Clipping(name, role, None, embedding_set.count, 0, None, 0, "none")
+        return Clipping(name, role, None, embedding_set.count, 0, None, 0, "none", provider.without_window())
     keys = pl.read_parquet(embedding_set.path, columns=["key"])["key"].to_list()
     stored, sources = _stored_counts(embedding_set.cache_dir, set(keys))
     counts = [stored.get(key) for key in keys]

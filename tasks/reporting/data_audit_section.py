@@ -32,6 +32,8 @@ def _truncation(section: Section, rows: list[dict]) -> None:
     frame = pl.DataFrame(rows, schema={"provider": pl.String, "role": pl.String, "window": pl.Int64, "texts": pl.Int64,
                                        "truncated": pl.Int64, "tokens": pl.Int64, "tokens_dropped": pl.Int64,
                                        "share_dropped": pl.Float64, "token_source": pl.String, "note": pl.String})
+    if not (frame["note"].fill_null("").str.len_chars() > 0).any():  # every provider has a window: no note to show
+        frame = frame.drop("note")
     section.paragraph("Texts longer than a provider's input window are cut: the model never reads the rest. Per "
                       "provider, its documents (the baseline chunking's chunks) and its queries; no window: the "
                       "provider declares none (it reads every token, or cannot say).")

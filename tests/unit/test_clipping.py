@@ -40,7 +40,7 @@ def test_counts_come_from_the_cache_rows_and_a_large_share_points_to_chunking(tm
     assert clipping.line().startswith("h document texts: 1 of 3 longer than the 256-token window, 99.0% of the "
                                       "tokens cut (estimate counts); chunk the documents shorter")
     assert set_clipping(HashingProvider(), embedded, "unused.parquet", "chunk_id").line() == \
-        "h document texts: no input window declared, none counted as truncated"
+        "h document texts: none cut: feature hashing reads every word of a text"
 
 
 def test_e5_says_it_reads_long_texts_whole_rather_than_declaring_no_window():

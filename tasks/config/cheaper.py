@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 # Options that change how a model runs (or where its exports live), never which model it is.
 ENGINE_OPTIONS = ("backend", "onnx_cache", "batch_size", "threads", "device")
-FULL_BACKEND = "auto"  # the default; torch and onnx (fp32) compute the same vectors (cosine >= 0.9999999)
+FULL_BACKEND = "auto"  # the default; torch and onnx (fp32) compute the same vectors (cosine >= 0.9999998 on NPL)
 FULL_BACKENDS = ("auto", "torch", "onnx")
 
 

@@ -31,7 +31,7 @@ class SentenceTransformersOptions(BaseModel):
     backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         "auto", description="auto: onnx when the model's structure allows (Transformer + mean/CLS pooling (+ Normalize)), "
                             "else torch. onnx: ONNX Runtime, fp32, on a fused export of the model, made once per machine "
-                            "(tasks/providers/onnx_backend.py); its vectors match torch's to a cosine of 0.9999999. "
+                            "(tasks/providers/onnx_backend.py); its vectors match torch's to a cosine of at least 0.9999998 on NPL. "
                             "onnx-int8: quantised, faster, changes the vectors (docs/results.md)")
     onnx_cache: str | None = Field(None, description="folder for ONNX exports; default ~/.cache/retbench/onnx")
 

@@ -54,9 +54,8 @@ def run_if_cached(spec, selection, spec_path: str) -> bool:
     try:
         with cached_only():
             result = run_pipeline(spec, selection, spec_path=spec_path, runner=Runner(), run_id=str(uuid.uuid4()))
-    except WorkNeeded as needed:
+    except WorkNeeded:
         held.drop()
-        log.debug("work to do (%s): running the Prefect flow", needed)
         return False
     except BaseException:
         _print(held)  # what led to the failure, as the flow would have shown it; the error's line follows

@@ -40,13 +40,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("RETBENCH_ONNX_CACHE", Path.home() / ".cache" / "retbench" / "onnx"))
 
 
-def _structure(model_path: Path) -> tuple[list[dict], list[str], dict]:
-    """(modules.json's entries, their class names, the pooling module's config)."""
+def _structure(model_path: Path) -> tuple[list[str], dict]:
+    """(modules.json's class names, the pooling module's config)."""
     modules = json.loads((model_path / "modules.json").read_text())
     kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
     pooling_dir = next((m["path"] for m in modules if m["type"].endswith("Pooling")), None)
     config = json.loads((model_path / pooling_dir / "config.json").read_text()) if pooling_dir is not None else {}
-    return modules, kinds, config
+    return kinds, config
 
 
 def unsupported(model_path: Path) -> str | None:
@@ -54,7 +54,10 @@ def unsupported(model_path: Path) -> str | None:
     (Transformer + mean or CLS pooling, + Normalize: what `encode` reproduces)."""
     if not (Path(model_path) / "modules.json").is_file():
         return "no modules.json (not a sentence-transformers folder)"
-    _, kinds, config = _structure(Path(model_path))
+    return _unsupported_structure(*_structure(Path(model_path)))
+
+
+def _unsupported_structure(kinds: list[str], config: dict) -> str | None:
     if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
         return f"the ONNX backend handles Transformer + Pooling (+ Normalize) models; this one has {kinds}"
     modes = [mode for key, mode in _POOLING.items() if config.get(key)]
@@ -75,10 +78,10 @@ class OnnxEncoder:
         self.model_path, self.backend, self.weights_hash = Path(model_path), backend, weights_hash
         self.max_seq_length, self.threads = max_seq_length, threads
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-        reason = unsupported(self.model_path)
+        kinds, config = _structure(self.model_path)
+        reason = _unsupported_structure(kinds, config)
         if reason:
             raise ValueError(f"{self.model_path}: {reason}: use backend: torch")
-        _, kinds, config = _structure(self.model_path)
         self.pooling = next(mode for key, mode in _POOLING.items() if config.get(key))
         self.normalize = "Normalize" in kinds
 

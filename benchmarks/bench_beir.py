@@ -60,8 +60,8 @@ SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", ROOT.parent / "shared" / "d
 
 def write_beir_layout(target: Path) -> dict:
     """NPL from our loader, written as BEIR reads a collection; returns counts."""
-    from tasks.datasets.document_text import document_text
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.stages.dataset import load_dataset
 
     data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")
     (target / "qrels").mkdir(parents=True)
@@ -138,14 +138,14 @@ def compare_backends(work: Path, store: Path, backend: str) -> None:
     how many texts fall below 0.9999."""
     import numpy as np
 
-    from tasks.datasets.document_text import document_text
-    from tasks.providers.sentence_transformers import SentenceTransformersProvider
-    from tasks.stages.dataset import load_dataset
-    from tasks.stages.embed import cache_dir_for, cache_key, _vectors_of
-    from tasks.store import shards
-    from tasks.store.shards import shard_paths
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from retbench.tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.embed import cache_dir_for, cache_key, _vectors_of
+    from retbench.tasks.store import shards
+    from retbench.tasks.store.shards import shard_paths
 
-    timed([sys.executable, "-m", "flows.cli", "run", str(our_spec(work, "torch")), "--store-dir", str(store),
+    timed([sys.executable, "-m", "retbench.flows.cli", "run", str(our_spec(work, "torch")), "--store-dir", str(store),
            "--output-dir", str(work / "out-torch-embed"), "--stage", "embed"])
     data = load_dataset(SHARED / "glasgow" / "npl", "glasgow", "all", collection="npl")
     texts = {"document": [document_text(t, x) for t, x in data.corpus.select("title", "text").iter_rows()],
@@ -219,7 +219,7 @@ def main() -> None:
 
     if args.fresh_export:  # our child processes inherit it
         os.environ["RETBENCH_ONNX_CACHE"] = str(work / "onnx-exports")
-    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
 
     resolved = SentenceTransformersProvider(backend=args.backend).backend
     export_seconds = 0.0
@@ -231,7 +231,7 @@ def main() -> None:
 
     def ours(n: int) -> tuple[float, float]:
         store = work / f"store-{n}"
-        run = [sys.executable, "-m", "flows.cli", "run", str(spec), "--store-dir", str(store)]
+        run = [sys.executable, "-m", "retbench.flows.cli", "run", str(spec), "--store-dir", str(store)]
         first, first_cpu, _ = timed([*run, "--output-dir", str(work / f"out-{n}")])
         cached, cached_cpu, _ = timed([*run, "--output-dir", str(work / f"out-{n}-cached")])
         # The same rerun as a Prefect flow run (what `retbench run` skips when nothing is to compute).

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RETBENCH = [sys.executable, "-m", "flows.cli"]
+RETBENCH = [sys.executable, "-m", "retbench.flows.cli"]
 
 
 def timed(command: list[str]) -> float:
@@ -34,8 +34,8 @@ def timed(command: list[str]) -> float:
 
 def overheads() -> dict[str, float]:
     """Seconds of a bare import of the flow module, and of an empty flow on the embedded API."""
-    imports = timed([sys.executable, "-c", "import flows.benchmark, tasks.pipeline"])
-    empty_flow = timed([sys.executable, "-c", "import flows\nfrom prefect import flow\n"
+    imports = timed([sys.executable, "-c", "import retbench.flows.benchmark, retbench.tasks.pipeline"])
+    empty_flow = timed([sys.executable, "-c", "import retbench.flows\nfrom prefect import flow\n"
                         "@flow\ndef nothing():\n    return 1\nnothing()"])
     return {"imports": imports, "empty_flow_including_imports": empty_flow}
 

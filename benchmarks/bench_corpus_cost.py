@@ -27,7 +27,7 @@ if not SHARED.exists():
 
 
 def documents(dataset: Path, count: int) -> list[str]:
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.dataset import load_dataset
 
     corpus = load_dataset(dataset, "glasgow", "all").corpus
     texts = [f"{t or ''}\n{x}".strip() for t, x in zip(corpus["title"].to_list(), corpus["text"].to_list())]
@@ -36,7 +36,7 @@ def documents(dataset: Path, count: int) -> list[str]:
 
 
 def provider_figures(kind: str, texts: list[str]) -> dict:
-    from tasks.providers import create_provider
+    from retbench.tasks.providers import create_provider
 
     provider = create_provider(kind)
     provider.encode(texts[:64], "document")  # warm-up: model load, first-call allocations
@@ -54,7 +54,7 @@ def index_bytes(n: int, dim: int = 384) -> dict[str, float]:
     import faiss
     import numpy as np
 
-    from tasks.stages.index import IndexSettings, build_faiss_index
+    from retbench.tasks.stages.index import IndexSettings, build_faiss_index
 
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((n, dim)).astype(np.float32)
@@ -90,7 +90,7 @@ def cache_bytes(n: int, dim: int = 384) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tasks.stages.embed import _vector_table
+    from retbench.tasks.stages.embed import _vector_table
 
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((n, dim)).astype(np.float32)

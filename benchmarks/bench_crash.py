@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from support import crash_worker  # noqa: E402
-from support.crash_runs import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill  # noqa: E402
+from retbench.support import crash_worker  # noqa: E402
+from retbench.support.crash_runs import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill  # noqa: E402
 
 CLI_SPEC = """
 name: crashcli
@@ -44,7 +44,7 @@ store_dir: "{store}"
 def worker_trials(base: Path, trials: int, rng: random.Random) -> dict:
     import polars as pl
 
-    from support.crash_worker import TABLES, cache_rows
+    from retbench.support.crash_worker import TABLES, cache_rows
 
     crash_worker.run(base / "ref" / "store", base / "ref" / "out")
     reference = ({n: pl.read_parquet(base / "ref" / "out" / f"{n}.parquet") for n in TABLES},
@@ -72,13 +72,13 @@ def cli_trials(base: Path, trials: int, rng: random.Random) -> dict:
     """Kill `retbench run` (Prefect flow, embedded API) a random time after start, then rerun it."""
     import polars as pl
 
-    from support.crash_worker import cache_rows
+    from retbench.support.crash_worker import cache_rows
 
     def run_cli(store: Path, out: Path, kill_after: float | None) -> str:
         spec = base / "cli-spec.yaml"
         spec.write_text(CLI_SPEC.format(data=crash_worker.SAMPLE, out=out, store=store))
         env = {**os.environ, "PREFECT_HOME": str(base / "prefect-home")}
-        process = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(spec)], cwd=ROOT, env=env,
+        process = subprocess.Popen([sys.executable, "-m", "retbench.flows.cli", "run", str(spec)], cwd=ROOT, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         if kill_after is None:
             _, stderr = process.communicate(timeout=600)

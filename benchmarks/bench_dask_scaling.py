@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import flows  # noqa: E402,F401  (Prefect environment defaults)
+import retbench.flows  # noqa: E402,F401  (Prefect environment defaults)
 
 SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", ROOT.parent / "shared" / "data"))
 if not SHARED.exists():
@@ -67,8 +67,8 @@ def synthetic_corpus(folder: Path, texts: int) -> Path:
 def prepared_store(base: Path, data: Path, fmt: str, options) -> Path:
     """The dataset loaded and chunked once (plain runner): each timed run starts from a copy
     without embeddings, so it spends its time embedding, not parsing the collection again."""
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     folder = base / "prepared"
     folder.mkdir(parents=True)
@@ -82,8 +82,8 @@ def prepared_store(base: Path, data: Path, fmt: str, options) -> Path:
 def run(workers: int, base: Path, data: Path, fmt: str, options, store: Path) -> dict:
     from prefect_dask import DaskTaskRunner
 
-    from flows.benchmark import benchmark
-    from support.latency_server import latency_server, stats
+    from retbench.flows.benchmark import benchmark
+    from retbench.support.latency_server import latency_server, stats
 
     folder = base / f"workers-{workers}"
     shutil.copytree(store, folder / "store")  # cold embedding cache: no embeddings/ or sets/ yet

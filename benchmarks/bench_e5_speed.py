@@ -50,8 +50,8 @@ def e5_flops(tokens: int) -> float:
 
 def texts(kind: str, count: int) -> list[str]:
     """`count` MED abstracts of 200-300 words (long), or the first 10 words of MED abstracts (short)."""
-    from tasks.datasets.document_text import document_text
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.stages.dataset import load_dataset
 
     data = load_dataset(SHARED / "glasgow" / "med", "glasgow", "all", collection="med")
     found: list[str] = []
@@ -74,11 +74,11 @@ VARIANTS = {"short": [(64, True), (1, True), (8, True), (0, True), (64, False)],
 def measure(model: str, threads: int | None, inputs: dict[str, list[str]], all_variants: bool) -> dict:
     """One process: (input kind, batch, sorted) -> seconds, CPU seconds, texts, tokens, FLOPs."""
     if model == "minilm":
-        from tasks.providers.sentence_transformers import SentenceTransformersProvider
+        from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
 
         provider = SentenceTransformersProvider()
     else:
-        from tasks.providers.e5_multilingual import E5MultilingualProvider
+        from retbench.tasks.providers.e5_multilingual import E5MultilingualProvider
 
         provider = E5MultilingualProvider(threads=threads)
     provider.encode(inputs["short"][:2], "document")  # warm-up: weights paged in, thread pool started

@@ -4,8 +4,8 @@
 
 Writes one seeded run (with many tied scores, as benchmarks/bench_metrics.py) and its qrels as
 TREC files, then times, alternating, best of --repeat:
-- ours: flows.eval_command.score_files, what `retbench eval -q` does before printing (read
-  both files with tasks.analysis.trec, score with tasks.analysis.metrics.evaluate);
+- ours: retbench.flows.eval_command.score_files, what `retbench eval -q` does before printing (read
+  both files with retbench.tasks.analysis.trec, score with retbench.tasks.analysis.metrics.evaluate);
 - pytrec_eval: its own parse_run / parse_qrel over the open files + RelevanceEvaluator +
   evaluate, on the same measures.
 Prints each time, the ratio pytrec_eval / ours (target >= 4) and the largest per-query
@@ -25,8 +25,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_metrics import make_run  # noqa: E402
-from flows.eval_command import score_files  # noqa: E402
-from tasks.analysis.trec import write_qrels, write_run  # noqa: E402
+from retbench.flows.eval_command import score_files  # noqa: E402
+from retbench.tasks.analysis.trec import write_qrels, write_run  # noqa: E402
 
 OURS = ["ndcg@10", "recall@100", "mrr", "map", "p@10"]
 PYTREC = {"ndcg@10": "ndcg_cut_10", "recall@100": "recall_100", "mrr": "recip_rank", "map": "map",

@@ -1,6 +1,6 @@
 """What metadata filters cost approximate search: neighbour recall@k of filtered IVF and HNSW
 search (FAISS IDSelectorBatch) and of post-filtered exact search, against filtered exact search,
-at filter selectivities 50%, 10% and 1%, on seeded clustered vectors (tasks.stages.sweep.SyntheticDataset).
+at filter selectivities 50%, 10% and 1%, on seeded clustered vectors (retbench.tasks.stages.sweep.SyntheticDataset).
 
     python benchmarks/bench_filtered_ann.py [--n 20000] [--d 64] [--nq 200] [--nlist 256]
                                             [--nprobe 1 4 16] [--hnsw-m 32] [--ef 16 64 256] [--out table.parquet]
@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import faiss  # noqa: E402
 import polars as pl  # noqa: E402
 
-from tasks.stages.filtered_ann import filtered_fidelity  # noqa: E402
-from tasks.stages.sweep import SyntheticDataset  # noqa: E402
+from retbench.tasks.stages.filtered_ann import filtered_fidelity  # noqa: E402
+from retbench.tasks.stages.sweep import SyntheticDataset  # noqa: E402
 
 
 def main() -> None:

@@ -26,17 +26,17 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.analysis.finetune_verdict import finetune_verdict  # noqa: E402
-from tasks.analysis.hard_negatives import hard_negative_pairs  # noqa: E402
-from tasks.analysis.metrics import evaluate  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from tasks.providers.finetuned import FinetunedOptions  # noqa: E402
-from tasks.datasets.document_text import document_text  # noqa: E402
-from tasks.stages.dataset import load_dataset  # noqa: E402
-from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
-from tasks.stages.finetune import drop_held_out_texts, finetune_provider  # noqa: E402
-from tasks.stages.finetune_step import capped  # noqa: E402
-from tasks.stages.maxp import search_documents  # noqa: E402
+from retbench.tasks.analysis.finetune_verdict import finetune_verdict  # noqa: E402
+from retbench.tasks.analysis.hard_negatives import hard_negative_pairs  # noqa: E402
+from retbench.tasks.analysis.metrics import evaluate  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.tasks.providers.finetuned import FinetunedOptions  # noqa: E402
+from retbench.tasks.datasets.document_text import document_text  # noqa: E402
+from retbench.tasks.stages.dataset import load_dataset  # noqa: E402
+from retbench.tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
+from retbench.tasks.stages.finetune import drop_held_out_texts, finetune_provider  # noqa: E402
+from retbench.tasks.stages.finetune_step import capped  # noqa: E402
+from retbench.tasks.stages.maxp import search_documents  # noqa: E402
 
 MEASURES = ["ndcg@10", "recall@10"]
 SHARED = Path(os.environ.get("RETBENCH_SHARED_DATA", "/work/shared/data"))
@@ -60,7 +60,7 @@ def xquad(pairs: list[str], dev_fraction: float):
     """XQuAD's language pairs as one collection: documents of every language, each question
     judged against its paragraph in the pair's document language; dev/test by a stable hash of
     the XQuAD question id (tasks/datasets/xquad.py), so a question and its translation share a split."""
-    from tasks.datasets.model import Dataset
+    from retbench.tasks.datasets.model import Dataset
 
     corpus, queries, qrels = [], [], []
     for pair in pairs:

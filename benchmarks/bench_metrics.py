@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tasks.analysis.metrics import evaluate  # noqa: E402
+from retbench.tasks.analysis.metrics import evaluate  # noqa: E402
 
 OURS = ["ndcg@10", "recall@100", "mrr", "map", "p@10"]
 PYTREC = {"ndcg_cut.10", "recall.100", "recip_rank", "map", "P.10"}

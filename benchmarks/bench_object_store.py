@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from support.counting_proxy import CountingProxy  # noqa: E402
-from support.moto_s3 import moto_s3  # noqa: E402
+from retbench.support.counting_proxy import CountingProxy  # noqa: E402
+from retbench.support.moto_s3 import moto_s3  # noqa: E402
 
 BUCKET = "retbench-bench"
 SPEC = """
@@ -43,8 +43,8 @@ def provider(i: int) -> str:
 
 
 def run(work: Path, name: str, store: str, providers: list[str], scratch: str, stage: str = "score"):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     path = work / f"{name}.yaml"
     path.write_text(SPEC.format(data=ROOT / "data" / "sample", providers=", ".join(providers), out=work / f"out-{name}",

@@ -27,13 +27,13 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.analysis.breakdown import paired_comparison  # noqa: E402
-from tasks.analysis.metrics import evaluate  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from tasks.datasets.document_text import document_text  # noqa: E402
-from tasks.stages.dataset import load_dataset  # noqa: E402
-from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
-from tasks.stages.maxp import search_documents  # noqa: E402
+from retbench.tasks.analysis.breakdown import paired_comparison  # noqa: E402
+from retbench.tasks.analysis.metrics import evaluate  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.tasks.datasets.document_text import document_text  # noqa: E402
+from retbench.tasks.stages.dataset import load_dataset  # noqa: E402
+from retbench.tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
+from retbench.tasks.stages.maxp import search_documents  # noqa: E402
 
 CRANFIELD = Path("/work/shared/data/cranfield")
 

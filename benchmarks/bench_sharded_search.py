@@ -67,7 +67,7 @@ def write_data(folder: Path, rows: int, dim: int, queries: int) -> None:
 def train_ivf(folder: Path, nlist: int) -> None:
     import faiss
 
-    from tasks.indexes.sharded import NpyRows, empty_ivf_like
+    from retbench.tasks.indexes.sharded import NpyRows, empty_ivf_like
 
     path = folder / f"ivf_empty_{nlist}.faiss"
     if path.exists():
@@ -99,7 +99,7 @@ def warm_worker() -> dict:
     """Imports a shard needs, then the worker's resident set: the fixed overhead."""
     import faiss  # noqa: F401
 
-    import tasks.indexes.sharded  # noqa: F401
+    import retbench.tasks.indexes.sharded  # noqa: F401
 
     return worker_figures()
 
@@ -108,7 +108,7 @@ def run_one(args) -> None:
     """One configuration in this process; figures as JSON on the last line of stdout."""
     import faiss
 
-    from tasks.indexes.sharded import ExactSearch, NpyRows, build_shard
+    from retbench.tasks.indexes.sharded import ExactSearch, NpyRows, build_shard
 
     folder = Path(args.dir)
     source = NpyRows(folder / "vectors.npy")
@@ -128,7 +128,7 @@ def run_one(args) -> None:
     else:
         from distributed import Client, LocalCluster
 
-        from tasks.stages.sharded_search import sharded_search
+        from retbench.tasks.stages.sharded_search import sharded_search
 
         cluster = LocalCluster(n_workers=args.run_workers, threads_per_worker=1, processes=True, dashboard_address=":0")
         client = Client(cluster)

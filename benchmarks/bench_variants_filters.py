@@ -35,8 +35,8 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.config.spec import load_spec  # noqa: E402
-from tasks.pipeline import run_pipeline  # noqa: E402
+from retbench.tasks.config.spec import load_spec  # noqa: E402
+from retbench.tasks.pipeline import run_pipeline  # noqa: E402
 
 INSTRUCTION = "Represent this sentence for searching relevant passages: "
 CHUNKINGS = {
@@ -141,9 +141,9 @@ def hashed_filters(doc_of_row: list[str], selectivities=(0.5, 0.1, 0.01)) -> lis
 def filter_cost(result, store: Path, nprobes: list[int], efs: list[int]) -> None:
     import faiss
 
-    from tasks.stages.embed import load_vectors
-    from tasks.stages.filtered_ann import filtered_fidelity
-    from tasks.stages.index import default_nlist
+    from retbench.tasks.stages.embed import load_vectors
+    from retbench.tasks.stages.filtered_ann import filtered_fidelity
+    from retbench.tasks.stages.index import default_nlist
 
     doc_set = next(e for e in result.embeddings if e.provider == "minilm" and e.role == "document")
     query_set = next(e for e in result.embeddings if e.provider == "minilm" and e.role == "query")

@@ -6,7 +6,7 @@ Builds the four pairings en->en, hi->hi, hi->en and en->hi from ../shared/data/x
 question's one relevant document is its paragraph in the document language; every pairing
 searches the 240 paragraphs of its document language), embeds them with all-MiniLM-L6-v2
 (`sentence-transformers`) and multilingual-e5-small (`e5-multilingual`) through the embedding
-cache (a rerun embeds nothing), searches exactly, scores with tasks.analysis.metrics and prints the
+cache (a rerun embeds nothing), searches exactly, scores with retbench.tasks.analysis.metrics and prints the
 breakdown table's language-pair slices and paired e5 - MiniLM comparisons per pair.
 
 Published MTEB XQuADRetrieval nDCG@10 for comparison: MiniLM en 0.944, hi 0.048; e5-small hi 0.954.
@@ -25,13 +25,13 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.analysis.breakdown import breakdown_table, paired_comparison  # noqa: E402
-from tasks.datasets.document_text import document_text  # noqa: E402
-from tasks.stages.dataset import load_dataset  # noqa: E402
-from tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
-from tasks.providers import create_provider  # noqa: E402
-from tasks.analysis.runs import RUN_SCHEMA, trec_order  # noqa: E402
-from tasks.analysis.score import score_runs  # noqa: E402
+from retbench.tasks.analysis.breakdown import breakdown_table, paired_comparison  # noqa: E402
+from retbench.tasks.datasets.document_text import document_text  # noqa: E402
+from retbench.tasks.stages.dataset import load_dataset  # noqa: E402
+from retbench.tasks.stages.embed import embed_texts, load_vectors  # noqa: E402
+from retbench.tasks.providers import create_provider  # noqa: E402
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order  # noqa: E402
+from retbench.tasks.analysis.score import score_runs  # noqa: E402
 
 XQUAD = ROOT.parent / "shared" / "data" / "xquad"
 PAIRINGS = (("en", "en"), ("hi", "hi"), ("hi", "en"), ("en", "hi"))

@@ -14,13 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import flows  # noqa: E402,F401  (Prefect environment defaults)
+import retbench.flows  # noqa: E402,F401  (Prefect environment defaults)
 
 
 def deployments(spec: str, cron: str, timezone: str = "UTC"):
     from prefect.schedules import Cron
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     spec_path = str((ROOT / spec).resolve()) if not Path(spec).is_absolute() else spec
     nightly = benchmark.to_deployment(
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cron", default="0 2 * * *", help="nightly schedule (default 02:00)")
     parser.add_argument("--timezone", default="UTC")
     args = parser.parse_args(argv)
-    from tasks.allocator import keep_freed_memory
+    from retbench.tasks.allocator import keep_freed_memory
 
     keep_freed_memory()  # here, and in the flow run processes `serve` starts (tasks/allocator.py says why)
     from prefect import serve

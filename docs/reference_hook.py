@@ -137,11 +137,11 @@ def _table(rows, header=("key", "type", "default", "description")) -> str:
 
 def spec_keys() -> str:
     """Every key of a benchmark spec, then the options of every registered plug-in kind."""
-    from tasks.config.spec import BenchmarkSpec
-    from tasks.datasets import format_reader, known_formats
-    from tasks.indexes import index_kind, known_kinds as index_kinds
-    from tasks.providers import known_kinds as provider_kinds, options_model
-    from tasks.rerankers import _REGISTRY as rerankers, known_kinds as reranker_kinds, reranker_options_model
+    from retbench.tasks.config.spec import BenchmarkSpec
+    from retbench.tasks.datasets import format_reader, known_formats
+    from retbench.tasks.indexes import index_kind, known_kinds as index_kinds
+    from retbench.tasks.providers import known_kinds as provider_kinds, options_model
+    from retbench.tasks.rerankers import _REGISTRY as rerankers, known_kinds as reranker_kinds, reranker_options_model
 
     parts = ["## Every key", "", _table(key_rows(BenchmarkSpec)), ""]
     parts += ["## Dataset formats and their options", "",
@@ -199,7 +199,7 @@ class _Parser(Exception):
 
 def cli_help() -> str:
     """`retbench --help` and every subcommand's `--help`, from the parser flows/cli.py builds."""
-    from flows import cli
+    from retbench.flows import cli
 
     def capture(self, *args, **kwargs):
         raise _Parser(self)
@@ -214,7 +214,7 @@ def cli_help() -> str:
         except _Parser as found:
             parser = found.parser
         else:
-            raise RuntimeError("flows.cli.main did not parse its arguments")
+            raise RuntimeError("retbench.flows.cli.main did not parse its arguments")
         parts = ["```", parser.format_help().rstrip(), "```", ""]
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for name, sub in commands.choices.items():

@@ -19,12 +19,12 @@ from prefect.runtime import deployment, flow_run, task_run
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import interrupts
-from flows.interrupts import refusing_after_stop
-from tasks.config.spec import load_spec, slug
-from tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
-from tasks.progress import Interrupted, first_interruption
-from tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
+from retbench.flows import interrupts
+from retbench.flows.interrupts import refusing_after_stop
+from retbench.tasks.config.spec import load_spec, slug
+from retbench.tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
+from retbench.tasks.progress import Interrupted, first_interruption
+from retbench.tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
 
 
 class StageFuture:
@@ -106,7 +106,7 @@ def _pass_stop_to_dask_workers() -> None:
     context = FlowRunContext.get()
     runner = context.task_runner if context else None
     if runner is not None and type(runner).__name__ == "DaskTaskRunner":
-        from tasks.progress import request_stop
+        from retbench.tasks.progress import request_stop
 
         interrupts.pass_stop_on(lambda signum: runner.client.run(request_stop, signum))
 

@@ -22,9 +22,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import textwrap
 
-    from tasks.config.spec import load_spec
-    from tasks.stages.preflight import plan_run, preflight
-    from tasks.store.remote import is_remote
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.stages.preflight import plan_run, preflight
+    from retbench.tasks.store.remote import is_remote
 
     store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
     spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,

@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tasks.config.stages import STAGES
+from retbench.tasks.config.stages import STAGES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
-    from flows import check_command, eval_command, hard_negatives_command, init_command
+    from retbench.flows import check_command, eval_command, hard_negatives_command, init_command
 
     init_command.add_parser(commands)
     check_command.add_parser(commands)
@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command_itself = argv is None and args.command == "run"  # not a caller in Python, whose process this is not
     if command_itself:
-        from flows import interrupts
-        from tasks.allocator import keep_freed_memory
+        from retbench.flows import interrupts
+        from retbench.tasks.allocator import keep_freed_memory
 
         keep_freed_memory()  # before any thread or child process starts (why: tasks/allocator.py)
         interrupts.install(before_flow=True)  # SIGINT/SIGTERM: stop after the batch in flight, exit 130/143
@@ -67,9 +67,9 @@ def _dispatch(args) -> int:
     try:
         return args.func(args)
     except Exception as error:
-        from flows.errors import EXIT_EXPECTED, expected_failure, one_line
-        from flows.interrupts import exit_code
-        from tasks.progress import Interrupted, first_interruption
+        from retbench.flows.errors import EXIT_EXPECTED, expected_failure, one_line
+        from retbench.flows.interrupts import exit_code
+        from retbench.tasks.progress import Interrupted, first_interruption
 
         failure = expected_failure(error)
         if failure is None:
@@ -93,7 +93,7 @@ def _end_process(code: int) -> None:
     import atexit
     import logging
 
-    from flows.prefect_server import drain_prefect_queues
+    from retbench.flows.prefect_server import drain_prefect_queues
 
     drain_prefect_queues()
     atexit._run_exitfuncs()
@@ -104,9 +104,9 @@ def _end_process(code: int) -> None:
 
 
 def _run(args) -> int:
-    import flows  # noqa: F401  (sets Prefect's environment defaults first)
-    from flows.environment import check_environment
-    from flows.prefect_server import preload_embedded_api
+    import retbench.flows  # noqa: F401  (sets Prefect's environment defaults first)
+    from retbench.flows.environment import check_environment
+    from retbench.flows.prefect_server import preload_embedded_api
 
     check_environment()  # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts
     # The API server's process imports Prefect's server (seconds) while this one checks the
@@ -114,8 +114,8 @@ def _run(args) -> int:
     # output_dir that is a file fails in about a second (on a small dataset), and no server ever started.
     pending = preload_embedded_api()
     try:
-        from tasks.config.spec import load_spec, select_providers
-        from tasks.stages.preflight import preflight
+        from retbench.tasks.config.spec import load_spec, select_providers
+        from retbench.tasks.stages.preflight import preflight
 
         output_dir = str(args.output_dir.resolve()) if args.output_dir else None
         store_dir = _local_or_uri(args.store_dir)
@@ -123,8 +123,8 @@ def _run(args) -> int:
         select_providers(spec, args.providers)
         preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
         if not (args.prefect or args.force or args.remeasure):
-            from flows.fast_path import run_if_cached
-            from tasks.pipeline import Selection
+            from retbench.flows.fast_path import run_if_cached
+            from retbench.tasks.pipeline import Selection
 
             if run_if_cached(spec, Selection(stage=args.stage, providers=tuple(args.providers or ())), str(args.spec)):
                 if pending is not None:
@@ -137,17 +137,17 @@ def _run(args) -> int:
     # It boots (migrations, services) while this process imports the pipeline and Prefect.
     api = pending.start() if pending is not None else None
     if api is not None:
-        from flows.interrupts import end_with_process
+        from retbench.flows.interrupts import end_with_process
 
         end_with_process(api.process.kill)  # a second Ctrl-C ends the run at once, and the server with it
     try:
-        from flows.benchmark import with_task_runner
-        from flows.errors import quiet_expected_failures
+        from retbench.flows.benchmark import with_task_runner
+        from retbench.flows.errors import quiet_expected_failures
 
         if not args.debug:
             quiet_expected_failures()
         if api is not None:
-            from tasks.pipeline import Selection, import_first_use_modules
+            from retbench.tasks.pipeline import Selection, import_first_use_modules
 
             # Not on Dask: its workers embed, in their own processes.
             import_first_use_modules(spec if not args.dask else None, Selection(
@@ -178,10 +178,10 @@ def _without_heartbeats(embedded: bool):
 def _history(args) -> int:
     import polars as pl
 
-    from tasks.analysis import history
-    from tasks.reporting.tables import text_table
-    from tasks.store.remote import is_remote, scratch_for
-    from tasks.config.spec import load_spec
+    from retbench.tasks.analysis import history
+    from retbench.tasks.reporting.tables import text_table
+    from retbench.tasks.store.remote import is_remote, scratch_for
+    from retbench.tasks.config.spec import load_spec
 
     spec = load_spec(args.spec, store_dir=_local_or_uri(args.store_dir))
     store = spec.store_dir
@@ -209,7 +209,7 @@ def _history(args) -> int:
 
 
 def _local_or_uri(store: str | None) -> str | None:
-    from tasks.store.remote import is_remote
+    from retbench.tasks.store.remote import is_remote
 
     if store is None or is_remote(store):
         return store

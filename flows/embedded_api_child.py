@@ -1,7 +1,7 @@
 """The embedded API server's process (see flows/prefect_server.py): imports Prefect's server
 while the parent checks the spec and data, then serves only once the parent writes `start`.
 
-    python -m flows.embedded_api_child LOG_PATH UVICORN_ARGS...
+    python -m retbench.flows.embedded_api_child LOG_PATH UVICORN_ARGS...
 
 Until `start` it writes nothing anywhere (no port, no database, no log file), so inputs the
 parent refuses leave nothing behind; end of input (the parent refused them, or died) ends it.

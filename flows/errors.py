@@ -27,13 +27,13 @@ def expected_failure(error: BaseException) -> BaseException | None:
 def _is_expected(error: BaseException) -> bool:
     from pydantic import ValidationError
 
-    from tasks.config.spec import SpecError
-    from tasks.providers.http_base import HttpProviderError
-    from tasks.providers.secrets import SecretLookupError
-    from tasks.datasets.errors import DatasetError
-    from tasks.progress import Interrupted
-    from tasks.store.integrity import StoreError
-    from flows.environment import EnvironmentFault
+    from retbench.tasks.config.spec import SpecError
+    from retbench.tasks.providers.http_base import HttpProviderError
+    from retbench.tasks.providers.secrets import SecretLookupError
+    from retbench.tasks.datasets.errors import DatasetError
+    from retbench.tasks.progress import Interrupted
+    from retbench.tasks.store.integrity import StoreError
+    from retbench.flows.environment import EnvironmentFault
 
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,

@@ -47,8 +47,8 @@ def score_files(qrels_path: Path, run_path: Path, measures: list[str], *, releva
     # Imported here, not at the top: `retbench --help` must not pay for numpy and polars.
     import polars as pl
 
-    from tasks.analysis.metrics import DuplicateDocError, parse_measure
-    from tasks.analysis.trec import read_qrels, read_run
+    from retbench.tasks.analysis.metrics import DuplicateDocError, parse_measure
+    from retbench.tasks.analysis.trec import read_qrels, read_run
 
     measures = [str(parse_measure(m)) for m in measures]
     qrels = read_qrels(qrels_path)
@@ -78,7 +78,7 @@ def _scores(run: pl.DataFrame, qrels: pl.DataFrame, measures: list[str], relevan
             complete: bool, per_query: bool) -> pl.DataFrame:
     import polars as pl
 
-    from tasks.analysis.metrics import evaluate
+    from retbench.tasks.analysis.metrics import evaluate
 
     ev = evaluate(run, qrels, measures, relevance_level=relevance_level, complete=complete)
     means = pl.DataFrame(

@@ -44,8 +44,8 @@ class _HeldBack(logging.handlers.MemoryHandler):
 def run_if_cached(spec, selection, spec_path: str) -> bool:
     """Run the pipeline in this process if it needs no work; True when it did (the run is done),
     False when some stage had work to do (nothing was printed; the caller starts the flow)."""
-    from tasks.pipeline import Runner, run_pipeline
-    from tasks.store.build import WorkNeeded, cached_only
+    from retbench.tasks.pipeline import Runner, run_pipeline
+    from retbench.tasks.store.build import WorkNeeded, cached_only
 
     held = _HeldBack()
     level = log.level

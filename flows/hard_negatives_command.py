@@ -33,9 +33,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import polars as pl
 
-    from tasks.datasets.errors import DatasetError
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, write_triples
+    from retbench.tasks.datasets.errors import DatasetError
+    from retbench.tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, write_triples
 
     try:
         output_dir = Path(args.output_dir)

@@ -20,9 +20,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from tasks.config.spec import SpecError
-    from tasks.config.starter import StarterFacts, choose_split, spec_name, starter_spec
-    from tasks.datasets.detect import detect_format
+    from retbench.tasks.config.spec import SpecError
+    from retbench.tasks.config.starter import StarterFacts, choose_split, spec_name, starter_spec
+    from retbench.tasks.datasets.detect import detect_format
 
     folder = args.path.resolve()
     detected = detect_format(folder)
@@ -59,8 +59,8 @@ def run(args) -> int:
 
 def _read_all(detected):
     """Every query of every split, validated as a run would (ids, grades); unjudged queries are counted."""
-    from tasks.stages.dataset import load_dataset
-    from tasks.stages.preflight import quiet_dataset_warnings
+    from retbench.tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.preflight import quiet_dataset_warnings
 
     with quiet_dataset_warnings():
         return load_dataset(detected.folder, detected.format, "all", **detected.options)

@@ -21,7 +21,7 @@ import signal
 import threading
 from typing import Callable
 
-from tasks.progress import Interrupted, request_stop, stop_requested
+from retbench.tasks.progress import Interrupted, request_stop, stop_requested
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _armed = threading.Event()

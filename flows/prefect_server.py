@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.environment import EnvironmentFault, api_start_failure, loopback_port
+from retbench.flows.environment import EnvironmentFault, api_start_failure, loopback_port
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What SubprocessASGIServer._run_uvicorn_command adds to the environment (Prefect 3.4-3.9).
@@ -150,7 +150,7 @@ def preload_embedded_api() -> PendingApi | None:
     home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
     log_path, home_existed = home / "embedded-api.log", home.exists()
     process = subprocess.Popen(
-        [sys.executable, "-m", "flows.embedded_api_child", str(log_path), "--app-dir", str(prefect_dir.parent),
+        [sys.executable, "-m", "retbench.flows.embedded_api_child", str(log_path), "--app-dir", str(prefect_dir.parent),
          "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "error", "--lifespan", "on"],
         env={**_SERVER_DEFAULTS, **os.environ, **_SERVER_ENV}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

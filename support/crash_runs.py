@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
-from support import crash_worker
-from support.crash_worker import PROVIDERS, TABLES, cache_rows
+from retbench.support import crash_worker
+from retbench.support.crash_worker import PROVIDERS, TABLES, cache_rows
 
 WORKER = Path(crash_worker.__file__)
 STAGES = ("load-dataset", "chunk", "embed", "index", "retrieve", "score")
@@ -22,8 +22,8 @@ WINDOW = {"load-dataset": 0.3, "chunk": 0.3, "embed": 2.5, "index": 0.4, "retrie
 
 
 def provider_folders(store: Path) -> dict[str, Path]:
-    from tasks.stages.embed import cache_dir_for
-    from tasks.providers import create_provider
+    from retbench.tasks.stages.embed import cache_dir_for
+    from retbench.tasks.providers import create_provider
 
     return {name: cache_dir_for(store, create_provider("hashing", options))[0] for name, options in PROVIDERS.items()}
 

@@ -1,4 +1,4 @@
-"""The shipped pipeline (tasks.pipeline.run_pipeline, without Prefect) over the sample data with
+"""The shipped pipeline (retbench.tasks.pipeline.run_pipeline, without Prefect) over the sample data with
 two `hashing` providers: the subject of the crash, concurrency and integrity tests.
 
 As a script it prints `STAGE <name>` (flushed) as each stage starts, so a test can kill it
@@ -44,7 +44,7 @@ TABLES = ("summary", "per_query", "runs")
 def slow_hashing(delay: float):
     """Providers whose batches pause `delay` seconds, so a kill can land mid-embed; same kind
     and fingerprint as the plain provider, hence the same cache folder and keys."""
-    from tasks.providers.hashing import HashingProvider
+    from retbench.tasks.providers.hashing import HashingProvider
 
     class SlowHashing(HashingProvider):
         def encode(self, texts, role):
@@ -68,8 +68,8 @@ def write_spec(folder: Path, store: Path, out: Path, data: Path = SAMPLE) -> Pat
 def run(store: Path, out: Path, data: Path = SAMPLE, batch_delay: float = 0.0,
         announce: Callable[[str], None] = lambda stage: None, spec_dir: Path | None = None) -> dict:
     """The shipped pipeline up to the report; returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Runner, default_provider, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Runner, default_provider, run_pipeline
 
     spec = load_spec(write_spec(spec_dir or Path(out) / ".spec", Path(store), Path(out), Path(data)))
     make_provider = slow_hashing(batch_delay) if batch_delay else default_provider
@@ -81,8 +81,8 @@ def needed_keys(store: Path, out: Path, data: Path = SAMPLE) -> dict[str, set[st
     """Cache keys a complete run needs, per provider cache folder name (from a finished run's sets)."""
     import polars as pl
 
-    from tasks.stages.embed import cache_dir_for
-    from tasks.providers import create_provider
+    from retbench.tasks.stages.embed import cache_dir_for
+    from retbench.tasks.providers import create_provider
 
     needed: dict[str, set[str]] = {}
     for name, options in PROVIDERS.items():
@@ -102,7 +102,7 @@ def cache_rows(folder: Path) -> tuple[int, set[str]]:
     unfinished parts (rows a killed run kept, which the next run moves into a shard)."""
     import pyarrow.parquet as pq
 
-    from tasks.store.shards import journal_batches, pending_paths
+    from retbench.tasks.store.shards import journal_batches, pending_paths
 
     rows, keys = 0, set()
     columns = [pq.read_table(shard, columns=["key"]).column("key").to_pylist()

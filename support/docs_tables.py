@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 TABLES_PAGE = ROOT / "docs" / "reference" / "tables.md"
 _HEADING = re.compile(r"^## `([a-z_]+)`\s*$")

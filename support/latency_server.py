@@ -86,7 +86,7 @@ def serve(port: int, latency: float, dim: int) -> None:
 @contextlib.contextmanager
 def latency_server(latency: float, dim: int = 64):
     """Base URL (…/v1) of a server process on a free port of 127.0.0.1; stopped on exit."""
-    from support.faulty_server import free_port, stop_process, wait_for_http
+    from retbench.support.faulty_server import free_port, stop_process, wait_for_http
 
     port = free_port()
     process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--port", str(port),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from support.faulty_server import free_port, stop_process, wait_for_http
+from retbench.support.faulty_server import free_port, stop_process, wait_for_http
 
 _ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "RETBENCH_OBJECT_STORES")
 

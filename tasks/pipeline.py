@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_providers
-from tasks.stage_calls import (chunk_stage, default_provider, embed_finish_stage, embed_part_stage, embed_plan_stage,
+from retbench.tasks.config.spec import STAGES, BenchmarkSpec, ProviderSpec, select_providers
+from retbench.tasks.stage_calls import (chunk_stage, default_provider, embed_finish_stage, embed_part_stage, embed_plan_stage,
                                filters_stage, finetune_stage, index_stage, load_dataset_stage, query_variant_stage,
                                report_stage, retrieve_stage, score_stage, system_stage, with_shards)
-from tasks.stage_calls import data_audit_stage
-from tasks.stage_list import SIDE_STAGES
-from tasks.stage_units import Produced
+from retbench.tasks.stage_calls import data_audit_stage
+from retbench.tasks.stage_list import SIDE_STAGES
+from retbench.tasks.stage_units import Produced
 
 log = logging.getLogger("retbench")
 
@@ -120,10 +120,10 @@ class RegressionError(RuntimeError):
 # pandas (pyarrow imports it on its first array, ~0.5 s), matplotlib for the report's figures
 # (~0.4 s), FastAPI's encoders (Prefect's parameter serialisation), the stage modules.
 _FIRST_USE = ("pandas", "pyarrow.compute", "fastapi.encoders", "prefect.flow_engine", "prefect.task_engine",
-              "prefect.utilities.visualization", "tasks.stages.embed_shards", "tasks.stages.filters",
-              "tasks.stages.systems", "tasks.stages.variants", "tasks.analysis.ann", "tasks.analysis.cheaper",
-              "tasks.analysis.cost", "tasks.analysis.failures", "tasks.analysis.variants",
-              "tasks.reporting.manifest", "tasks.reporting.tables", "tasks.reporting.figures")
+              "prefect.utilities.visualization", "retbench.tasks.stages.embed_shards", "retbench.tasks.stages.filters",
+              "retbench.tasks.stages.systems", "retbench.tasks.stages.variants", "retbench.tasks.analysis.ann", "retbench.tasks.analysis.cheaper",
+              "retbench.tasks.analysis.cost", "retbench.tasks.analysis.failures", "retbench.tasks.analysis.variants",
+              "retbench.tasks.reporting.manifest", "retbench.tasks.reporting.tables", "retbench.tasks.reporting.figures")
 
 
 def import_first_use_modules(spec: BenchmarkSpec | None = None, selection: Selection = Selection()) -> None:
@@ -136,7 +136,7 @@ def import_first_use_modules(spec: BenchmarkSpec | None = None, selection: Selec
     for name in names:
         with contextlib.suppress(ImportError):  # an optional package missing: imported (and reported) where used
             importlib.import_module(name)
-    from tasks.reporting.figures import load_matplotlib
+    from retbench.tasks.reporting.figures import load_matplotlib
 
     load_matplotlib()
 
@@ -145,9 +145,9 @@ def modules_of_providers_to_embed(spec: BenchmarkSpec, selection: Selection) -> 
     """`first_use_modules` of the selected providers whose cache folder holds nothing yet (or
     that --force re-embeds). A folder with rows may still lack some texts: then the embed stage
     imports them itself, as a cached rerun, which must not pay for torch, would."""
-    from tasks.stages.embed import cache_dir_for
-    from tasks.store.remote import is_remote
-    from tasks.store.shards import shard_paths
+    from retbench.tasks.stages.embed import cache_dir_for
+    from retbench.tasks.store.remote import is_remote
+    from retbench.tasks.store.shards import shard_paths
 
     # An object store's scratch folder says nothing of what its bucket holds.
     if not selection.reaches("embed") or is_remote(spec.store_dir):
@@ -179,7 +179,7 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run the benchmark described by `spec` up to `selection.stage`; a remote store
     (s3://...) is read and written object by object through a local scratch folder."""
-    from tasks.stages.prepare import check_inputs
+    from retbench.tasks.stages.prepare import check_inputs
 
     check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
     with local_store(spec) as spec:
@@ -188,11 +188,11 @@ def run_pipeline(
 
 
 def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published) -> PipelineResult:
-    from tasks.reporting import tables as report
-    from tasks.reporting.manifest import build_manifest
-    from tasks.stages.index import plan_indexes
-    from tasks.config.variants import RAW_QUERIES
-    from tasks.stages.variants import plan_settings
+    from retbench.tasks.reporting import tables as report
+    from retbench.tasks.reporting.manifest import build_manifest
+    from retbench.tasks.stages.index import plan_indexes
+    from retbench.tasks.config.variants import RAW_QUERIES
+    from retbench.tasks.stages.variants import plan_settings
 
     started = time.perf_counter()
     targeted = [p.name for p in select_providers(spec, list(selection.providers))]
@@ -224,7 +224,7 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                                    make_provider, label=f"finetune-{p.name}").result()
              for p in active if p.kind == "finetuned" and reaches("finetune")}
     if tuned:
-        from tasks.stages.finetune_step import trained_spec
+        from retbench.tasks.stages.finetune_step import trained_spec
 
         active = [trained_spec(p, tuned[p.name]) if p.name in tuned else p for p in active]
     if not reaches("embed"):
@@ -300,8 +300,8 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             "settings": [s.label for s in mine],
         }
     if tuned:
-        from tasks.providers.fingerprint import full_fingerprint
-        from tasks.stages.finetune_step import trained_spec
+        from retbench.tasks.providers.fingerprint import full_fingerprint
+        from retbench.tasks.stages.finetune_step import trained_spec
 
         manifest["providers"] |= {p.name: full_fingerprint(default_provider(trained_spec(p, tuned[p.name])))
                                   for p in spec.providers if p.name in tuned}
@@ -358,9 +358,9 @@ def _systems(spec, selection, runner, runs, chunks, dataset) -> list:
     """BM25 first stages, then every `systems:` entry, each as one stage call, in dependency order
     (a system after the systems it reads); a system's stages are runs of this pipeline (dense
     settings, BM25) or of another system."""
-    from tasks.config.setting import system_settings
-    from tasks.config.systems import system_order
-    from tasks.stages.systems import stage_input
+    from retbench.tasks.config.setting import system_settings
+    from retbench.tasks.config.systems import system_order
+    from retbench.tasks.stages.systems import stage_input
 
     store, depth = str(spec.store_dir), spec.depth
     lexical = [runner.submit("systems", system_stage, "bm25", entry, chunks, dataset, store, depth,
@@ -391,7 +391,7 @@ def local_store(spec: BenchmarkSpec) -> Iterator[BenchmarkSpec]:
     """The spec itself for a local store; for an object store, the spec pointed at a local
     scratch folder attached to it: objects are fetched when a stage asks for them and
     uploaded as they are written (tasks/store/remote.py), nothing is mirrored whole."""
-    from tasks.store.remote import display_uri, is_remote, scratch_for
+    from retbench.tasks.store.remote import display_uri, is_remote, scratch_for
 
     if not is_remote(spec.store_dir):
         yield spec

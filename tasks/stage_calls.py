@@ -11,19 +11,19 @@ from typing import Callable
 
 import polars as pl
 
-from tasks.config.spec import BenchmarkSpec, ProviderSpec
+from retbench.tasks.config.spec import BenchmarkSpec, ProviderSpec
 
 log = logging.getLogger("retbench")
 
 def default_provider(provider: ProviderSpec):
-    from tasks.providers import create_provider
+    from retbench.tasks.providers import create_provider
 
     return create_provider(provider.kind, provider.options, provider.dimensions)
 
 
 
 def load_dataset_stage(spec: BenchmarkSpec, force: bool):
-    from tasks.stages.prepare import prepare_dataset
+    from retbench.tasks.stages.prepare import prepare_dataset
 
     ref = prepare_dataset(spec, force=force)
     log.info(f"dataset {ref.name}: {ref.documents} documents, {ref.queries} queries, {ref.judgments} judgments")
@@ -31,7 +31,7 @@ def load_dataset_stage(spec: BenchmarkSpec, force: bool):
 
 
 def chunk_stage(dataset, spec: BenchmarkSpec, force: bool, variant=None):
-    from tasks.stages.prepare import chunk_dataset
+    from retbench.tasks.stages.prepare import chunk_dataset
 
     variant = variant or spec.chunking_variants[0]
     ref = chunk_dataset(dataset, spec, force=force, variant=variant)
@@ -40,7 +40,7 @@ def chunk_stage(dataset, spec: BenchmarkSpec, force: bool, variant=None):
 
 
 def query_variant_stage(dataset, variant, spec: BenchmarkSpec, force: bool):
-    from tasks.stages.variants import write_query_variant
+    from retbench.tasks.stages.variants import write_query_variant
 
     ref = write_query_variant(dataset.queries_path, variant, spec.store_dir, force=force)
     log.info(f"query variant {variant.name}: {ref.changed} of {ref.queries} queries changed")
@@ -50,7 +50,7 @@ def query_variant_stage(dataset, variant, spec: BenchmarkSpec, force: bool):
 def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, role: str, store: str, force: bool,
                      make_provider: Callable = default_provider, set_label: str | None = None):
     """The first of a sharded embed (tasks/stages/embed_shards.py): the set file and the pending parts."""
-    from tasks.stages.embed_shards import plan_embedding
+    from retbench.tasks.stages.embed_shards import plan_embedding
 
     texts = pl.read_parquet(texts_path, columns=[id_column, "text"])
     plan = plan_embedding(loaded_provider(make_provider, provider), set_label or provider.name, texts[id_column].to_list(),
@@ -61,7 +61,7 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
 
 
 def embed_part_stage(plan, index: int, provider: ProviderSpec, make_provider: Callable = default_provider):
-    from tasks.stages.embed_shards import embed_part
+    from retbench.tasks.stages.embed_shards import embed_part
 
     if index >= len(plan.parts):
         return None  # fewer parts than shards: nothing to load a model for
@@ -70,7 +70,7 @@ def embed_part_stage(plan, index: int, provider: ProviderSpec, make_provider: Ca
 
 
 def embed_finish_stage(plan, *parts):
-    from tasks.stages.embed_shards import finish_embedding
+    from retbench.tasks.stages.embed_shards import finish_embedding
 
     result = finish_embedding(plan, [p for p in parts if p is not None])
     log.info(f"{result.provider} {result.role} texts: {result.embedded} embedded, {result.from_cache} served from cache")
@@ -81,7 +81,7 @@ def clipping_stage(provider: ProviderSpec, doc_set, query_set, chunks_path: str,
                    make_provider: Callable = default_provider) -> list[dict]:
     """Texts longer than the provider's input window, in its documents and its queries: one line
     each (a warning when the share of tokens cut calls for chunking), the rows for the manifest."""
-    from tasks.stages.clipping import LARGE_SHARE, set_clipping
+    from retbench.tasks.stages.clipping import LARGE_SHARE, set_clipping
 
     built = loaded_provider(make_provider, provider)
     rows = [set_clipping(built, doc_set, chunks_path, "chunk_id"), set_clipping(built, query_set, queries_path, "query_id")]
@@ -93,7 +93,7 @@ def clipping_stage(provider: ProviderSpec, doc_set, query_set, chunks_path: str,
 def data_audit_stage(dataset, spec: BenchmarkSpec, runs_path: str | None) -> dict:
     """The manifest's `data_audit`: duplicates (and, with the runs, judged copies ranked below an
     unjudged twin), language labels, zero-width joiners; one line of it logged."""
-    from tasks.analysis.data_audit import data_audit
+    from retbench.tasks.analysis.data_audit import data_audit
 
     runs = pl.read_parquet(runs_path, columns=["setting", "query_id", "doc_id", "rank"]) if runs_path else None
     audit = data_audit(pl.read_parquet(dataset.corpus_path), pl.read_parquet(dataset.queries_path),
@@ -135,9 +135,9 @@ def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool, filters=Non
     """One index of the plan; under `indexes.shards`, a flat or IVF index searched over shards is
     never built over every row (tasks/stages/sharded_index.py), unless `filters` (the dataset's
     metadata filters) make its search one-process."""
-    from tasks.stages.index import build_index
-    from tasks.stages.sharded_index import build_sharded_index
-    from tasks.stages.sharded_search import SHARDABLE
+    from retbench.tasks.stages.index import build_index
+    from retbench.tasks.stages.sharded_index import build_sharded_index
+    from retbench.tasks.stages.sharded_search import SHARDABLE
 
     shards = spec.indexes.shards
     if shards and settings.kind in SHARDABLE and not filters:
@@ -152,7 +152,7 @@ def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool, filters=Non
 
 
 def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
-    from tasks.stages.filters import plan_filters
+    from retbench.tasks.stages.filters import plan_filters
 
     ref = plan_filters(dataset.path, dataset.key, spec.store_dir, force=force)
     if ref is not None:
@@ -167,7 +167,7 @@ def retrieve_stage(built, doc_set, query_set, chunks, spec: BenchmarkSpec, query
     its baseline's index)."""
     from dataclasses import replace
 
-    from tasks.stages.retrieve import retrieve
+    from retbench.tasks.stages.retrieve import retrieve
 
     runs = [retrieve(built, doc_set, query_set, chunks.path, spec.depth, params.get("nprobe"), Path(spec.store_dir),
                      force=force, filters_path=filters.path if filters else None, query_params=params,
@@ -181,9 +181,9 @@ def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, fi
     """Train a `kind: finetuned` provider on hard negatives mined from its base's exact-search dev
     run. The base's embed, index and retrieve are this pipeline's own cached calls, so the later
     stages find them in the store (tasks/stages/finetune_step.py)."""
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.finetune_step import enough_dev_queries, train_from_run
-    from tasks.stages.index import IndexSettings
+    from retbench.tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.stages.finetune_step import enough_dev_queries, train_from_run
+    from retbench.tasks.stages.index import IndexSettings
 
     position = next(i for i, p in enumerate(spec.providers) if p.name == tuned.name)
     saved = load_saved_dataset(dataset.path)
@@ -201,7 +201,7 @@ def finetune_stage(tuned: ProviderSpec, spec: BenchmarkSpec, dataset, chunks, fi
 
 def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str, dataset) -> dict[str, str]:
     """Training tables and the base-vs-fine-tuned verdict (dev and test, by slice)."""
-    from tasks.stages.finetune_step import finetune_tables
+    from retbench.tasks.stages.finetune_step import finetune_tables
 
     bases = {name: next(p for p in spec.providers if p.name == name).options["base"] for name in models}
     return finetune_tables(models, bases, per_query_path, dataset.path, spec.statistics, Path(spec.output_dir))
@@ -209,11 +209,11 @@ def finetune_tables_stage(models: dict, spec: BenchmarkSpec, per_query_path: str
 
 def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: BenchmarkSpec, remeasure: bool,
                   make_provider: Callable = default_provider) -> str:
-    from tasks.providers.fingerprint import full_fingerprint
-    from tasks.stages.embed import fingerprint_hash
-    from tasks.stages.latency import profile_latency, profile_query_latency
-    from tasks.stages.measurements import latency_table
-    from tasks.store.files import stable_hash, write_parquet
+    from retbench.tasks.providers.fingerprint import full_fingerprint
+    from retbench.tasks.stages.embed import fingerprint_hash
+    from retbench.tasks.stages.latency import profile_latency, profile_query_latency
+    from retbench.tasks.stages.measurements import latency_table
+    from retbench.tasks.store.files import stable_hash, write_parquet
 
     texts = pl.read_parquet(chunks_path, columns=["text"])["text"].to_list()
     queries = pl.read_parquet(dataset.queries_path, columns=["text"])["text"].to_list()
@@ -235,7 +235,7 @@ def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: Bench
 
 
 def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force: bool, remeasure: bool):
-    from tasks.stages.measurements import cached_sweep
+    from retbench.tasks.stages.measurements import cached_sweep
 
     if spec.indexes.shards:
         log.warning(f"{doc_set.provider}: the ANN sweep builds and times every index of its grid in one process, "
@@ -251,7 +251,7 @@ def sweep_stage(doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, force:
 
 def system_stage(kind: str, *args):
     """One retrieval system's run (tasks/stages/systems.py): bm25, hybrid, rerank or first."""
-    from tasks.stages import systems
+    from retbench.tasks.stages import systems
 
     return getattr(systems, f"{kind}_stage")(*args)
 
@@ -259,10 +259,10 @@ def system_stage(kind: str, *args):
 def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, spec: BenchmarkSpec,
                  make_provider: Callable = default_provider) -> str:
     """The buried-answer table of one provider's exact-search runs (tasks/stages/buried.py)."""
-    from tasks.stages.buried import buried_table, relevant_passages
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.embed import embed_texts, load_vectors
-    from tasks.store.files import write_parquet
+    from retbench.tasks.stages.buried import buried_table, relevant_passages
+    from retbench.tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.stages.embed import embed_texts, load_vectors
+    from retbench.tasks.store.files import write_parquet
 
     saved = load_saved_dataset(dataset.path)
     passages = relevant_passages(saved.corpus, saved.qrels)
@@ -284,10 +284,10 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
 def filtered_ann_stage(doc_set, query_set, built: list, plan, spec: BenchmarkSpec) -> str:
     """Filtered IVF and HNSW search vs filtered exact search on one provider's vectors (tasks/stages/filtered_ann.py);
     `plan`: the IndexPlan the indexes were built from (their query parameters)."""
-    from tasks.stages.embed import load_vectors
-    from tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
-    from tasks.stages.index import IndexSettings, build_index, load_index
-    from tasks.store.files import write_parquet
+    from retbench.tasks.stages.embed import load_vectors
+    from retbench.tasks.stages.filtered_ann import filtered_fidelity, stored_hnsw
+    from retbench.tasks.stages.index import IndexSettings, build_index, load_index
+    from retbench.tasks.store.files import write_parquet
 
     config = spec.filter_sweep
     _, documents = load_vectors(doc_set)
@@ -319,8 +319,8 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
 
     Kept in the store by what they are computed from (the runs' and dataset's content keys,
     the spec without its folders, the scoring code): a cached rerun copies them."""
-    from tasks.store import output_memo
-    from tasks.store.files import file_sha256, stable_hash
+    from retbench.tasks.store import output_memo
+    from retbench.tasks.store.files import file_sha256, stable_hash
 
     key = stable_hash("score-v1", output_memo.code_version(), [(r.key, r.provider, r.index, r.nprobe) for r in runs],
                       dataset.key, spec.model_dump(mode="json", exclude={"output_dir", "store_dir", "store_mirror"}),
@@ -340,13 +340,13 @@ def score_stage(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | N
 
 def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list | None,
                   system_pairs: list | None) -> tuple[dict[str, str], str]:
-    from tasks.analysis import ann, breakdown, failures, score, variants
-    from tasks.analysis.setting_columns import keys_table, labels_table, with_setting_columns
-    from tasks.config.measures import default_measures
-    from tasks.reporting import tables as report
-    from tasks.stages.dataset import load_saved_dataset
-    from tasks.stages.retrieve import write_trec_run
-    from tasks.stages.variants import baselines, run_settings, settings_table
+    from retbench.tasks.analysis import ann, breakdown, failures, score, variants
+    from retbench.tasks.analysis.setting_columns import keys_table, labels_table, with_setting_columns
+    from retbench.tasks.config.measures import default_measures
+    from retbench.tasks.reporting import tables as report
+    from retbench.tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.stages.retrieve import write_trec_run
+    from retbench.tasks.stages.variants import baselines, run_settings, settings_table
 
     saved = load_saved_dataset(dataset.path)
     stats = spec.statistics
@@ -379,12 +379,12 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
             permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
         tables["failures"] = variants.surfaced_by(tables["failures"], run, saved.qrels, settings, cut)
     if saved.filters is not None:
-        from tasks.stages.filters import filter_groups, filter_report
+        from retbench.tasks.stages.filters import filter_groups, filter_report
 
         groups = filter_groups(saved.metadata, saved.filters, saved.corpus["doc_id"].to_list())
         tables["filters"] = filter_report(groups, saved.qrels, saved.corpus.height)
     if buried_paths:
-        from tasks.stages.buried import failures_with_buried
+        from retbench.tasks.stages.buried import failures_with_buried
 
         tables["buried_answers"] = pl.concat([pl.read_parquet(p) for p in buried_paths])
         tables["failures"] = failures_with_buried(tables["failures"], tables["buried_answers"])
@@ -400,8 +400,8 @@ def _score_tables(runs: list, dataset, spec: BenchmarkSpec, buried_paths: list |
 
 def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict, latency_paths: list[str]) -> dict[str, str]:
     """`cost`, `storage` and `latency` tables from what the provider stages returned."""
-    from tasks.analysis import cost
-    from tasks.reporting import tables as report
+    from retbench.tasks.analysis import cost
+    from retbench.tasks.reporting import tables as report
 
     by_name = {p.name: p for p in spec.providers}
     cost_rows, storage = [], []
@@ -421,10 +421,10 @@ def ledger_tables(spec: BenchmarkSpec, dataset, embeddings: dict, indexes: dict,
 def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[str, str]:
     """`cheaper_variants`: each provider, truncated or other-engine variant and compressed index
     beside its full version (tasks/analysis/cheaper.py), from the tables this run wrote."""
-    from tasks.analysis.cheaper import cheaper_variants_table
-    from tasks.config.cheaper import cheaper_variants
-    from tasks.reporting import tables as report
-    from tasks.store.files import write_text
+    from retbench.tasks.analysis.cheaper import cheaper_variants_table
+    from retbench.tasks.config.cheaper import cheaper_variants
+    from retbench.tasks.reporting import tables as report
+    from retbench.tasks.store.files import write_text
 
     read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731
     cut = 10 if 10 in spec.k else max(spec.k)
@@ -441,7 +441,7 @@ def cheaper_variants_stage(spec: BenchmarkSpec, tables: dict[str, str]) -> dict[
 
 def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
     """History, regressions and the report; `sections`: the side stages' own report sections."""
-    from tasks.reporting.publish import publish
+    from retbench.tasks.reporting.publish import publish
 
     published = publish(spec, run_id, sections)
     if published.verdict_text:  # the summary logged before is over every judged query; this is the decision

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, embed_finish_stage, embed_part_stage,
+from retbench.tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, embed_finish_stage, embed_part_stage,
                                embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
                                index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
                                report_stage, retrieve_stage, score_stage, sweep_stage)
-from tasks.stage_calls import clipping_stage, data_audit_stage
-from tasks.reporting.data_audit_section import data_audit_section
-from tasks.side_stages import ladder
-from tasks.stage_units import MainStage, Produced, SideStage
+from retbench.tasks.stage_calls import clipping_stage, data_audit_stage
+from retbench.tasks.reporting.data_audit_section import data_audit_section
+from retbench.tasks.side_stages import ladder
+from retbench.tasks.stage_units import MainStage, Produced, SideStage
 
 SCORE_TABLES = ("summary", "per_query", "breakdown", "comparisons", "failures", "ann_vs_exact", "ann_overlap_per_query",
                 "runs", "settings", "variant_comparisons", "filters", "buried_answers", "setting_keys")
@@ -60,7 +60,7 @@ def _sweep_tables(run: Produced) -> dict[str, str]:
     results = run.results_of("ann-sweep")
     if not results:
         return {}
-    from tasks.stages.sweep import write_sweep_tables
+    from retbench.tasks.stages.sweep import write_sweep_tables
 
     return write_sweep_tables(results, Path(run.spec.output_dir))
 
@@ -96,7 +96,7 @@ def _filtered_ann_tables(run: Produced) -> dict[str, str]:
     paths = run.results_of("filtered-ann")
     if not paths:
         return {}
-    from tasks.reporting import tables as report
+    from retbench.tasks.reporting import tables as report
 
     return report.write_tables(Path(run.spec.output_dir), {"filtered_ann": pl.concat([pl.read_parquet(p) for p in paths])})
 
@@ -108,8 +108,8 @@ def _ledger(run: Produced) -> dict[str, str]:
 def _systems_tables(run: Produced) -> dict[str, str]:
     if not run.system_runs:
         return {}
-    from tasks.analysis.system_ledger import systems_tables
-    from tasks.reporting import tables as report
+    from retbench.tasks.analysis.system_ledger import systems_tables
+    from retbench.tasks.reporting import tables as report
 
     tables = run.tables
     read = lambda name: pl.read_parquet(tables[name]) if name in tables else None  # noqa: E731

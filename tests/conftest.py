@@ -1,4 +1,4 @@
-import flows  # noqa: F401  (Prefect environment defaults before Prefect is imported)
+import retbench.flows  # noqa: F401  (Prefect environment defaults before Prefect is imported)
 
 import pytest
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.analysis.score import SETTING
+from retbench.tasks.analysis.score import SETTING
 
 
 def topk_overlap(run: pl.DataFrame, ks: list[int]) -> pl.DataFrame:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from tasks.analysis.metrics import parse_measure
+from retbench.tasks.analysis.metrics import parse_measure
 
 # Column suffixes of the split-wise sweep columns (tasks/stages/sweep.py): "dev" is every
 # query not in the test split, "test" the held-out queries.

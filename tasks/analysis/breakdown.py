@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import polars as pl
 
-from tasks.analysis.stats import (  # noqa: F401  (bootstrap_ci: part of this module's API)
+from retbench.tasks.analysis.stats import (  # noqa: F401  (bootstrap_ci: part of this module's API)
     bootstrap_ci, bootstrap_means, check_level, percentile_interval, randomization_p_value, seeded_rng,
 )
-from tasks.language import detect_language
+from retbench.tasks.language import detect_language
 
 SETTING = ["provider", "index", "nprobe"]
 FLAT = "flat"

@@ -8,8 +8,8 @@ import json
 
 import polars as pl
 
-from tasks.analysis.ann_recommend import HELD_OUT, split_column
-from tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.ann_recommend import HELD_OUT, split_column
+from retbench.tasks.analysis.breakdown import paired_comparison
 
 FLAT = "flat"
 
@@ -155,7 +155,7 @@ def _compressed(kind: str, build_params: dict, dim: int | None) -> bool:
     """Whether the kind stores fewer bytes a vector than the float vectors, as it declares
     (tasks/indexes; IVF and HNSW trade speed, not bytes). A kind this process does not know
     (a sweep table from elsewhere) is left out."""
-    from tasks.indexes import index_kind, known_kinds
+    from retbench.tasks.indexes import index_kind, known_kinds
 
     if kind not in known_kinds():
         return False

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import polars as pl
 
-from tasks.config.measurement import PricingSpec  # noqa: F401  (re-exported)
+from retbench.tasks.config.measurement import PricingSpec  # noqa: F401  (re-exported)
 
 TOKEN_SOURCES = ("usage", "tokenizer", "estimate")  # most reliable first
 FLOAT32_BYTES = 4

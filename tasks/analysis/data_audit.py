@@ -8,7 +8,7 @@ from collections import Counter
 
 import polars as pl
 
-from tasks.datasets.document_text import document_text
+from retbench.tasks.datasets.document_text import document_text
 
 DUPLICATE_NORMALISATION = ("title and text as chunked (title, blank line, text), Unicode NFC, zero-width "
                            "joiners removed, case-folded, every run of white space one space, trimmed")
@@ -80,7 +80,7 @@ def label_counts(frame: pl.DataFrame) -> dict[str, int]:
 def data_audit(corpus: pl.DataFrame, queries: pl.DataFrame, qrels: pl.DataFrame, *, unicode: str,
                notes: tuple[str, ...] = (), runs: pl.DataFrame | None = None) -> dict:
     """The manifest's `data_audit` (docs/reference/tables.md): duplicates, language labels, joiners."""
-    from tasks.datasets.normalise import JOINER_NOTE, has_joiner
+    from retbench.tasks.datasets.normalise import JOINER_NOTE, has_joiner
 
     groups = duplicate_groups(corpus, set(qrels["doc_id"].to_list()))
     duplicates = {

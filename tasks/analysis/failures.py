@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.analysis.runs import trec_order
+from retbench.tasks.analysis.runs import trec_order
 
 SETTING = ["provider", "index", "nprobe"]
 FLAT = "flat"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.analysis.breakdown import language_pairs, paired_comparison
+from retbench.tasks.analysis.breakdown import language_pairs, paired_comparison
 
 # Train queries, when the dataset has them, are what the model was tuned on: no verdict on it.
 SPLITS = ("dev", "test")

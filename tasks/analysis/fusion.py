@@ -14,8 +14,8 @@ from typing import Literal, Sequence
 
 import polars as pl
 
-from tasks.analysis.metrics import evaluate, parse_measure
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.analysis.metrics import evaluate, parse_measure
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
 
 Normalization = Literal["minmax", "zscore"]
 

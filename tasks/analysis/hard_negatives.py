@@ -18,10 +18,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.runs import trec_order
-from tasks.datasets.document_text import document_text
-from tasks.datasets.model import Dataset
-from tasks.store.files import write_text
+from retbench.tasks.analysis.runs import trec_order
+from retbench.tasks.datasets.document_text import document_text
+from retbench.tasks.datasets.model import Dataset
+from retbench.tasks.store.files import write_text
 
 # The splits mining may take its queries from, in order of preference: train when the dataset has
 # train queries, else dev (mining_split).

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.stats import holm_adjusted
-from tasks.store.files import stable_hash as fingerprint_hash  # the embedding cache hashes fingerprints so
-from tasks.analysis.score import SETTING
-from tasks.store.files import write_parquet
-from tasks.store.remote import fetch_history
+from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.stats import holm_adjusted
+from retbench.tasks.store.files import stable_hash as fingerprint_hash  # the embedding cache hashes fingerprints so
+from retbench.tasks.analysis.score import SETTING
+from retbench.tasks.store.files import write_parquet
+from retbench.tasks.store.remote import fetch_history
 
 RUN_COLUMNS = ["run_id", "finished_at", "spec_name", "spec_hash", "dataset_hash", "git_commit"]
 STAMP_TYPES = {"run_id": pl.String, "spec_name": pl.String, "spec_hash": pl.String, "dataset_hash": pl.String,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.breakdown import paired_comparison
 
 # The seed's order: the cheapest interventions first, each later one costs more to try.
 KINDS = ("chunking", "filters", "query", "model", "hybrid", "reranker", "finetuned", "cheaper")

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from tasks.config.measures import CUTOFF_RULES, check_cutoff, parse_measure_name
+from retbench.tasks.config.measures import CUTOFF_RULES, check_cutoff, parse_measure_name
 
 log = logging.getLogger("retbench.metrics")
 

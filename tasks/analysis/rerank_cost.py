@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.config.measurement import RerankPricing
+from retbench.tasks.config.measurement import RerankPricing
 
 RERANK_COST_SCHEMA = {
     "system": pl.String, "reranker": pl.String, "kind": pl.String, "unit": pl.String, "price": pl.Float64,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.analysis.metrics import evaluate
+from retbench.tasks.analysis.metrics import evaluate
 
 SETTING = ["provider", "index", "nprobe"]
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import polars as pl
 
-from tasks.analysis.cost import single_call_latency
-from tasks.analysis.rerank_cost import rerank_cost_row, rerank_cost_table
+from retbench.tasks.analysis.cost import single_call_latency
+from retbench.tasks.analysis.rerank_cost import rerank_cost_row, rerank_cost_table
 
 SYSTEMS_SCHEMA = {
     "setting": pl.String, "params": pl.String,  # the system's label and query parameters (tasks/config/setting.py)

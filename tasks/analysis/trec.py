@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tasks.store.files import atomic_write
+from retbench.tasks.store.files import atomic_write
 
 RUN_FIELDS = "qid Q0 docno rank score tag"
 QRELS_FIELDS = "qid iter docno rel"
@@ -178,7 +178,7 @@ def read_run(path: str | Path, *, tags: bool = False, unique: bool = True) -> pl
     files holding more than one run, since their rows cannot be told apart.
 
     ``unique=False`` skips the repeated-pair check when the file is well formed, for a caller
-    whose scorer checks again anyway (tasks.analysis.metrics.evaluate raises
+    whose scorer checks again anyway (retbench.tasks.analysis.metrics.evaluate raises
     DuplicateDocError, then a plain read_run names the lines)."""
     df = _read(path, _RUN, unique).select("query_id", "doc_id", pl.col("_number").alias("score"), "tag")
     if tags:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tasks.analysis.breakdown import language_pairs, paired_comparison
+from retbench.tasks.analysis.breakdown import language_pairs, paired_comparison
 
 FLAT = "flat"
 VARIANT_MEASURES = ("ndcg@10", "recall@10")

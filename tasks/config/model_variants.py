@@ -6,7 +6,7 @@ from __future__ import annotations
 def variant_errors(spec) -> list[str]:
     """Problems with `providers[i].dimensions` (larger than the model's declared dimension) and
     with `kind: finetuned` providers (their base, and the split they need)."""
-    from tasks.providers import create_provider
+    from retbench.tasks.providers import create_provider
 
     problems = finetune_errors(spec)
     for i, provider in enumerate(spec.providers):
@@ -28,8 +28,8 @@ def finetune_errors(spec) -> list[str]:
     must see every test query to keep it out of training, by id and by text.
     How many triples the run yields is known only once the base has been run: the
     fine-tune step refuses too few then (options.min_triples), before training."""
-    from tasks.providers import provider_class
-    from tasks.providers.finetuned import TUNABLE_KINDS
+    from retbench.tasks.providers import provider_class
+    from retbench.tasks.providers.finetuned import TUNABLE_KINDS
 
     by_name = {p.name: (i, p) for i, p in enumerate(spec.providers)}
     problems = []
@@ -43,7 +43,7 @@ def finetune_errors(spec) -> list[str]:
             continue
         j, base_spec = by_name[base]
         if base_spec.kind not in TUNABLE_KINDS:
-            from tasks.providers.http_base import HttpProvider
+            from retbench.tasks.providers.http_base import HttpProvider
 
             what = "an HTTP provider: its weights are not here to train" if issubclass(
                 provider_class(base_spec.kind), HttpProvider) else "not a local sentence-transformers model"

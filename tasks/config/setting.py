@@ -16,11 +16,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from tasks.config.variants import RAW_QUERIES
-from tasks.store.files import stable_hash
+from retbench.tasks.config.variants import RAW_QUERIES
+from retbench.tasks.store.files import stable_hash
 
 if TYPE_CHECKING:
-    from tasks.config.systems import SystemSpec
+    from retbench.tasks.config.systems import SystemSpec
 
 
 def _sorted_pairs(values: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:

@@ -13,13 +13,13 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, field_validator,
                       model_validator)
 
-from tasks.config.measurement import PricingSpec
-from tasks.config.measures import default_measures, default_primary_measure
-from tasks.config.sections import SpecSection, spec_sections
-from tasks.config.stages import STAGES  # noqa: F401  (re-exported)
-from tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
-from tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
-from tasks.store.files import stable_hash
+from retbench.tasks.config.measurement import PricingSpec
+from retbench.tasks.config.measures import default_measures, default_primary_measure
+from retbench.tasks.config.sections import SpecSection, spec_sections
+from retbench.tasks.config.stages import STAGES  # noqa: F401  (re-exported)
+from retbench.tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
+from retbench.tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
+from retbench.tasks.store.files import stable_hash
 
 
 class SpecError(ValueError):
@@ -49,7 +49,7 @@ class DatasetSpec(_Strict):
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        from tasks.datasets import known_formats
+        from retbench.tasks.datasets import known_formats
 
         if value not in known_formats():
             raise ValueError(f"unknown dataset format {value!r} (known: {', '.join(known_formats())})")
@@ -129,7 +129,7 @@ class IndexesSpec(BaseModel):
     def _flat_needed(self):
         if not self.flat:
             raise ValueError("indexes.flat cannot be false: exact search is the reference every ANN index is measured against")
-        from tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
+        from retbench.tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
 
         for name, entry in (self.model_extra or {}).items():
             where = f"indexes.{name}"
@@ -219,7 +219,7 @@ class _BenchmarkSpecBase(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"provider names must be unique; repeated: {duplicates}")
-        from tasks.providers import known_kinds
+        from retbench.tasks.providers import known_kinds
 
         for provider in self.providers:
             if provider.kind not in known_kinds():
@@ -282,7 +282,7 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     problems = (depth_errors(spec) + provider_option_errors(spec) + system_errors(spec)
                 + rewrite_file_errors(spec, path.parent) + report_errors(spec))
     if not problems:  # the model-variant checks build providers from options that must be valid first
-        from tasks.config.model_variants import variant_errors
+        from retbench.tasks.config.model_variants import variant_errors
 
         problems = variant_errors(spec)
     if problems:
@@ -352,7 +352,7 @@ def system_errors(spec: BenchmarkSpec) -> list[str]:
     return errors
 def rewrite_file_errors(spec: BenchmarkSpec, base: Path) -> list[str]:
     """Every rewrite file read now, so a malformed line is refused at load as file:line."""
-    from tasks.config.variants import RewriteError, read_rewrites
+    from retbench.tasks.config.variants import RewriteError, read_rewrites
 
     problems = []
     for i, variant in enumerate(spec.queries.variants):
@@ -369,7 +369,7 @@ def rewrite_file_errors(spec: BenchmarkSpec, base: Path) -> list[str]:
 def provider_option_errors(spec: BenchmarkSpec) -> list[str]:
     """`providers[i].options` checked against the option model each provider kind declares,
     so a typo is refused at load rather than in the embed stage."""
-    from tasks.providers import options_model
+    from retbench.tasks.providers import options_model
 
     problems = []
     for i, provider in enumerate(spec.providers):
@@ -417,7 +417,7 @@ def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
         return None if p is None else (p if p.is_absolute() else (base / p)).resolve()
 
     dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path), "qrels": resolve(spec.dataset.qrels)})
-    from tasks.store.remote import is_remote
+    from retbench.tasks.store.remote import is_remote
 
     store = spec.store_dir if is_remote(spec.store_dir) else str(resolve(Path(spec.store_dir)))
     return spec.model_copy(update={

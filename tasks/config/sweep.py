@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.config.measures import canonical_measure
+from retbench.tasks.config.measures import canonical_measure
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -120,7 +120,7 @@ class SweepSpec(BaseModel):
     def _depth_covers_k(self):
         if self.depth < self.k:
             raise ValueError(f"depth ({self.depth}) must be at least k ({self.k})")
-        from tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
+        from retbench.tasks.indexes import index_kind, known_kinds  # the kinds' declarations; no FAISS is loaded
 
         for name, section in (self.model_extra or {}).items():
             where = f"sweep.{name}"

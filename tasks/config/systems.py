@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tasks.config.measurement import RerankPricing
+from retbench.tasks.config.measurement import RerankPricing
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 # bm25s's own stop-word lists (by language code), plus a short Hindi list we ship (bm25s has none).
@@ -99,7 +99,7 @@ class RerankerSpec(_Strict):
 
     @model_validator(mode="after")
     def _known_kind(self):
-        from tasks.rerankers import known_kinds
+        from retbench.tasks.rerankers import known_kinds
 
         if self.kind not in known_kinds():
             raise ValueError(f"reranker {self.name!r}: unknown kind {self.kind!r} (known: {', '.join(known_kinds())})")

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tasks.registry import Registry
+from retbench.tasks.registry import Registry
 
 if TYPE_CHECKING:
-    from tasks.datasets.reader import FormatReader
+    from retbench.tasks.datasets.reader import FormatReader
 
 
 def _builtin() -> dict[str, FormatReader]:
-    # Imported on first lookup, so `import tasks.datasets` stays cheap.
-    from tasks.datasets import beir, cranfield, glasgow, jsonl, xquad
+    # Imported on first lookup, so `import retbench.tasks.datasets` stays cheap.
+    from retbench.tasks.datasets import beir, cranfield, glasgow, jsonl, xquad
 
     return {module.READER.name: module.READER for module in (beir, cranfield, glasgow, jsonl, xquad)}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.jsonl import jsonl_docs
-from tasks.datasets.lines import UniqueIds, json_lines, located, parse_int, str_field, text_lines
-from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, QUERY_SPLITS, Judgment, RawCollection
-from tasks.datasets.reader import FormatReader
-from tasks.language import detect_language
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.jsonl import jsonl_docs
+from retbench.tasks.datasets.lines import UniqueIds, json_lines, located, parse_int, str_field, text_lines
+from retbench.tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, QUERY_SPLITS, Judgment, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
+from retbench.tasks.language import detect_language
 
 
 def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollection:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
-from tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
-from tasks.datasets.reader import FormatReader
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
+from retbench.tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
 
 # Cranfield grades 1 = complete answer ... 4 = minimum interest (cranqrel.readme); nDCG needs
 # higher = better, and the -1 rows are judged non-relevant.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.glasgow import GLASGOW_FILES
-from tasks.datasets.lines import located, open_binary
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.glasgow import GLASGOW_FILES
+from retbench.tasks.datasets.lines import located, open_binary
 
 # What each format needs, as the one line for a folder that has none of them says it.
 LOOKED_FOR = (

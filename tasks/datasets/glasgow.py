@@ -6,10 +6,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
-from tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
-from tasks.datasets.reader import FormatReader
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import UniqueIds, parse_int, smart_text, text_lines
+from retbench.tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
 
 # The three Glasgow collections share nothing but binary relevance: each is named by its files.
 GLASGOW_FILES = {

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import UniqueIds, int_field, json_lines, located, str_field
-from tasks.datasets.metadata import metadata_field, metadata_fields, parse_filter
-from tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, Judgment, QUERY_SPLITS, RawCollection
-from tasks.datasets.reader import FormatReader
-from tasks.language import detect_language
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import UniqueIds, int_field, json_lines, located, str_field
+from retbench.tasks.datasets.metadata import metadata_field, metadata_fields, parse_filter
+from retbench.tasks.datasets.model import DEFAULT_CATEGORY, DEFAULT_SPLIT, Judgment, QUERY_SPLITS, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
+from retbench.tasks.language import detect_language
 
 JSONL_MAX_GRADE = 3
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.errors import DatasetError
 
 
 # Read as they are, in place of the file they compress: `corpus.jsonl.gz` for `corpus.jsonl`.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import json_type
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import json_type
 
 _SCALAR = (str, int, float, bool)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.errors import DatasetError
 
 log = logging.getLogger("retbench.dataset")
 

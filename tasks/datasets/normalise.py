@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from tasks.datasets.model import RawCollection
+from retbench.tasks.datasets.model import RawCollection
 
 # NFC by default: the same words typed on two systems (é as one code point or as e + U+0301)
 # are then the same text, with the same cache keys, tokens and scores; "raw" keeps the bytes.

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.model import SPLITS, Dataset, RawCollection, assemble
-from tasks.datasets.normalise import UNICODE_FORMS, normalise_text
-from tasks.datasets.trec_qrels import read_trec_qrels
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.model import SPLITS, Dataset, RawCollection, assemble
+from retbench.tasks.datasets.normalise import UNICODE_FORMS, normalise_text
+from retbench.tasks.datasets.trec_qrels import read_trec_qrels
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class FormatReader:
         unicode: str = "nfc",
     ) -> Dataset:
         """Read and validate the collection in `path`, keeping only the queries of `split`
-        ("train", "dev", "test", "all"); see tasks.stages.dataset.load_dataset for the arguments."""
+        ("train", "dev", "test", "all"); see retbench.tasks.stages.dataset.load_dataset for the arguments."""
         options = options or {}
         if split not in SPLITS:
             raise DatasetError(f"unknown split {split!r} (expected one of {list(SPLITS)})")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import parse_int, text_lines
-from tasks.datasets.model import Judgment
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import parse_int, text_lines
+from retbench.tasks.datasets.model import Judgment
 
 
 def read_trec_qrels(path: Path) -> list[Judgment]:

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import UniqueIds, json_type, str_field
-from tasks.datasets.model import Judgment, RawCollection
-from tasks.datasets.reader import FormatReader
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import UniqueIds, json_type, str_field
+from retbench.tasks.datasets.model import Judgment, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
 
 
 def _read_xquad(

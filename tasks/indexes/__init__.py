@@ -6,13 +6,13 @@ Importing this package imports no FAISS: the kind modules load it inside their m
 """
 from __future__ import annotations
 
-from tasks.indexes.base import IndexKind, Parameter
-from tasks.registry import Registry
+from retbench.tasks.indexes.base import IndexKind, Parameter
+from retbench.tasks.registry import Registry
 
 
 def _builtin() -> dict[str, IndexKind]:
-    # Imported on first lookup, so `import tasks.indexes` stays cheap.
-    from tasks.indexes.builtin import BUILTIN
+    # Imported on first lookup, so `import retbench.tasks.indexes` stays cheap.
+    from retbench.tasks.indexes.builtin import BUILTIN
 
     return {kind.name: kind for kind in BUILTIN}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tasks.indexes.base import ADD_BATCH, IndexKind
+from retbench.tasks.indexes.base import ADD_BATCH, IndexKind
 
 
 class Binary(IndexKind):
@@ -15,12 +15,12 @@ class Binary(IndexKind):
     binary = True
 
     def owns(self, index):
-        from tasks.indexes.binary_codes import BinarySearch
+        from retbench.tasks.indexes.binary_codes import BinarySearch
 
         return isinstance(index, BinarySearch)
 
     def build(self, vectors, params):
-        from tasks.indexes.binary_codes import build_binary_index
+        from retbench.tasks.indexes.binary_codes import build_binary_index
 
         started = time.perf_counter()
         index = build_binary_index(vectors, ADD_BATCH)

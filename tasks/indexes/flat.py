@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tasks.indexes.base import ADD_BATCH, IndexKind
+from retbench.tasks.indexes.base import ADD_BATCH, IndexKind
 
 
 class Flat(IndexKind):

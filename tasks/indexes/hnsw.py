@@ -2,7 +2,7 @@
 a query explores efSearch candidates."""
 from __future__ import annotations
 
-from tasks.indexes.base import IndexKind, Parameter
+from retbench.tasks.indexes.base import IndexKind, Parameter
 
 
 class HNSW(IndexKind):

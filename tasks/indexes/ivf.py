@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tasks.indexes.base import IndexKind, Parameter
+from retbench.tasks.indexes.base import IndexKind, Parameter
 
 
 def default_nlist(n_vectors: int) -> int:

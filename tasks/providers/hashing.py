@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers.base import Provider
+from retbench.tasks.providers.base import Provider
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

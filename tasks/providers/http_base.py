@@ -23,8 +23,8 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from tasks.providers.base import BatchResult, Provider, Role, estimate_tokens
-from tasks.providers.secrets import redact, redact_url, resolve_secret, url_query_values
+from retbench.tasks.providers.base import BatchResult, Provider, Role, estimate_tokens
+from retbench.tasks.providers.secrets import redact, redact_url, resolve_secret, url_query_values
 
 log = logging.getLogger("retbench.http")
 

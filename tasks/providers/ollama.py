@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.providers.http_base import HttpOptions, HttpProvider
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider
 
 
 class OllamaOptions(HttpOptions):

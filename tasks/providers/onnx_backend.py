@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.store.build import build_folder_once
-from tasks.store.files import file_sha256, stable_hash, write_json
+from retbench.tasks.store.build import build_folder_once
+from retbench.tasks.store.files import file_sha256, stable_hash, write_json
 
 BACKENDS = ("torch", "onnx", "onnx-int8")  # "auto" (the default) resolves to onnx or torch: resolve_backend
 # Part of the export's cache key (so of the fingerprint): change it when the recipe changes.

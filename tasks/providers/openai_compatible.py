@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
 
 
 class OpenAICompatibleOptions(HttpOptions):

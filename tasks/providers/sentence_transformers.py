@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers.base import Provider
-from tasks.store.files import file_sha256
+from retbench.tasks.providers.base import Provider
+from retbench.tasks.store.files import file_sha256
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -57,7 +57,7 @@ class SentenceTransformersProvider(Provider):
         self.path = Path(self.options.model) if self.options.model else _default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")
-        from tasks.providers.onnx_backend import resolve_backend
+        from retbench.tasks.providers.onnx_backend import resolve_backend
 
         self._backend = resolve_backend(self.options.backend, self.path)
 
@@ -138,7 +138,7 @@ class SentenceTransformersProvider(Provider):
 
     @cached_property
     def _onnx(self):
-        from tasks.providers.onnx_backend import OnnxEncoder
+        from retbench.tasks.providers.onnx_backend import OnnxEncoder
 
         cache = Path(self.options.onnx_cache) if self.options.onnx_cache else None
         return OnnxEncoder(self.path, self.backend, self._weights_hash, self._max_tokens(), cache)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.providers.http_base import HttpOptions, HttpProvider
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider
 
 
 class TEIOptions(HttpOptions):

@@ -7,7 +7,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tasks.providers.base import BatchResult, Provider, Role
+from retbench.tasks.providers.base import BatchResult, Provider, Role
 
 
 class TruncatedProvider(Provider):

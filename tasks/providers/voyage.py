@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider, ordered_by_index
 
 
 class VoyageOptions(HttpOptions):

@@ -6,8 +6,8 @@ import json
 
 import polars as pl
 
-from tasks.reporting.html import ReportInputs, Section
-from tasks.stages.clipping import CHUNKING_GUIDE, LARGE_SHARE
+from retbench.tasks.reporting.html import ReportInputs, Section
+from retbench.tasks.stages.clipping import CHUNKING_GUIDE, LARGE_SHARE
 
 
 def data_audit_section(inputs: ReportInputs) -> Section | None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.store.build import build_once
-from tasks.store.files import file_sha256, stable_hash
+from retbench.tasks.store.build import build_once
+from retbench.tasks.store.files import file_sha256, stable_hash
 
 DPI = 100
 WIDTH = 10.0  # inches: 1000 px, inside the page's 1100 px column
@@ -267,7 +267,7 @@ def tradeoffs(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[st
         if column == "index_bytes":
             from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-            from tasks.reporting.verdict import fmt_bytes
+            from retbench.tasks.reporting.verdict import fmt_bytes
 
             axis.xaxis.set_major_locator(MaxNLocator(4))
             axis.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(v)))
@@ -335,7 +335,7 @@ def sweep_plot(sweep: pl.DataFrame, recommendations: dict) -> str | None:
 def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
     """Settings x language pairs, cells coloured by the measure with the mean and n written in;
     None unless there are at least two pairs."""
-    from tasks.reporting.verdict import label_expr
+    from retbench.tasks.reporting.verdict import label_expr
 
     rows = breakdown.filter((pl.col("slice_kind") == "language_pair") & (pl.col("measure") == measure)).with_columns(label=label_expr())
     rows = rows.filter(pl.col("label").is_in(labels))
@@ -368,7 +368,7 @@ def language_matrix(breakdown: pl.DataFrame, measure: str, labels: list[str]) ->
 @_memoised
 def categories_plot(breakdown: pl.DataFrame, measure: str, labels: list[str]) -> str | None:
     """Per category: mean and 95% interval of each setting in `labels`, dodged side by side."""
-    from tasks.reporting.verdict import label_expr
+    from retbench.tasks.reporting.verdict import label_expr
 
     rows = (breakdown.filter((pl.col("slice_kind") == "category") & (pl.col("measure") == measure))
             .with_columns(label=label_expr()).filter(pl.col("label").is_in(labels)))

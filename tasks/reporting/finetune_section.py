@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.reporting.verdict import read_table
+from retbench.tasks.reporting.verdict import read_table
 
 OVERALL_COLUMNS = ("provider", "base_provider", "split", "measure", "n", "base", "tuned", "diff", "ci_low", "ci_high",
                    "p_value", "gain_not_on_test")

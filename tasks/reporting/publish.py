@@ -7,13 +7,13 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis import history
-from tasks.reporting import figures
-from tasks.reporting.html import build_report, md_escape, md_prose, md_table
-from tasks.reporting.ladder_section import ladder_paragraph
-from tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
-from tasks.config.spec import BenchmarkSpec
-from tasks.store.files import write_parquet
+from retbench.tasks.analysis import history
+from retbench.tasks.reporting import figures
+from retbench.tasks.reporting.html import build_report, md_escape, md_prose, md_table
+from retbench.tasks.reporting.ladder_section import ladder_paragraph
+from retbench.tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
+from retbench.tasks.config.spec import BenchmarkSpec
+from retbench.tasks.store.files import write_parquet
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def regressions_markdown(published: Published) -> str:
         against = sorted(set(tested["against"]))
         parts = [f"No regression against {', '.join(against)} run(s)."] if against else []
         return "\n\n".join([*parts, *notes])
-    from tasks.reporting.html import md_table
+    from retbench.tasks.reporting.html import md_table
 
     return "\n\n".join([f"**{flagged.height} regression(s)**", *notes, md_table(
         flagged.select("against", "setting", "params", "measure", "n", "reference", "current", "diff", "ci_low", "ci_high",

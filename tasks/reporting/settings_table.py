@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.analysis.cost import single_call_latency
+from retbench.tasks.analysis.cost import single_call_latency
 
 SETTING = ["provider", "index", "nprobe"]
 _NLIST = re.compile(r"nlist-(\d+)")

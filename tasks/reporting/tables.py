@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.store.files import atomic_write, write_json, write_parquet
+from retbench.tasks.store.files import atomic_write, write_json, write_parquet
 
 # Measure families in reading order; within a family by cutoff. Unknown families come after, by name.
 MEASURE_FAMILIES = ("recall", "mrr", "ndcg", "ndcg_exp", "map", "precision", "overlap")

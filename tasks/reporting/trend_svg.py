@@ -12,7 +12,7 @@ import math
 
 import polars as pl
 
-from tasks.analysis.history import TREND_KEYS
+from retbench.tasks.analysis.history import TREND_KEYS
 
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 WIDTH, HEIGHT = 1000, 380  # px; taller when the legend needs it (18 px a line)

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
-from tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
-from tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
+from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
+from retbench.tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
+from retbench.tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
                                             setting_label, settings_table, split_quality)
 
 ALPHA = 0.05

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tasks.rerankers.base import RerankBatch, Reranker, RerankerError
-from tasks.registry import Registry
+from retbench.tasks.rerankers.base import RerankBatch, Reranker, RerankerError
+from retbench.tasks.registry import Registry
 
 
 def _builtin() -> dict[str, Callable[..., Reranker]]:
     # Imported on first lookup, so importing the package loads no model library.
-    from tasks.rerankers.cohere_rerank import CohereReranker
-    from tasks.rerankers.cross_encoder import CrossEncoderReranker
-    from tasks.rerankers.embedding_rescore import EmbeddingRescoreReranker
-    from tasks.rerankers.jina_rerank import JinaReranker
-    from tasks.rerankers.tei_rerank import TeiReranker
-    from tasks.rerankers.voyage_rerank import VoyageReranker
+    from retbench.tasks.rerankers.cohere_rerank import CohereReranker
+    from retbench.tasks.rerankers.cross_encoder import CrossEncoderReranker
+    from retbench.tasks.rerankers.embedding_rescore import EmbeddingRescoreReranker
+    from retbench.tasks.rerankers.jina_rerank import JinaReranker
+    from retbench.tasks.rerankers.tei_rerank import TeiReranker
+    from retbench.tasks.rerankers.voyage_rerank import VoyageReranker
 
     return {reranker.kind: reranker for reranker in (
         CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker)}

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
+from retbench.tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
 class CohereRerankOptions(RerankHttpOptions):

@@ -8,8 +8,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.rerankers.base import RerankBatch, checked_scores
-from tasks.store.files import file_sha256
+from retbench.tasks.rerankers.base import RerankBatch, checked_scores
+from retbench.tasks.store.files import file_sha256
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx")
 

@@ -14,13 +14,13 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.rerankers.base import RerankBatch, checked_scores
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.rerankers.base import RerankBatch, checked_scores
 
 
 class EmbeddingRescoreOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    provider: str = Field("e5-multilingual", description="embedding provider kind (tasks.providers)")
+    provider: str = Field("e5-multilingual", description="embedding provider kind (retbench.tasks.providers)")
     provider_options: dict[str, Any] = Field(default_factory=dict)
     batch_size: int = Field(64, ge=1, description="texts per embedding call")
 
@@ -29,7 +29,7 @@ class EmbeddingRescoreReranker:
     kind = "embedding-rescore"
 
     def __init__(self, **options):
-        from tasks.providers import create_provider
+        from retbench.tasks.providers import create_provider
 
         self.options = EmbeddingRescoreOptions(**options)
         self.provider = create_provider(self.options.provider, self.options.provider_options)

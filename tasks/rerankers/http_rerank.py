@@ -13,8 +13,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from tasks.providers.http_base import HttpOptions, HttpProvider, HttpResponseError, estimate_tokens
-from tasks.rerankers.base import RerankBatch
+from retbench.tasks.providers.http_base import HttpOptions, HttpProvider, HttpResponseError, estimate_tokens
+from retbench.tasks.rerankers.base import RerankBatch
 
 _ERROR_KEYS = ("error", "message", "detail", "error_message")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
+from retbench.tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
 class TeiRerankOptions(RerankHttpOptions):

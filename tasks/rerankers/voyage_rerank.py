@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
+from retbench.tasks.rerankers.http_rerank import HttpReranker, RerankHttpOptions
 
 
 class VoyageRerankOptions(RerankHttpOptions):

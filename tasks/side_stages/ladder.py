@@ -6,13 +6,13 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.config.variants import RAW_QUERIES
-from tasks.reporting.ladder_section import UNFILTERED, interventions, ladder_section, write_ladder
+from retbench.tasks.config.variants import RAW_QUERIES
+from retbench.tasks.reporting.ladder_section import UNFILTERED, interventions, ladder_section, write_ladder
 
 
 def unfiltered_stage(built, doc_set, query_set, chunks, spec):
     """The baseline's exact search with no metadata filter (a run file of the store like any other)."""
-    from tasks.stages.retrieve import retrieve
+    from retbench.tasks.stages.retrieve import retrieve
 
     return retrieve(built, doc_set, query_set, chunks.path, spec.depth, None, Path(spec.store_dir))
 
@@ -39,9 +39,9 @@ def write(run) -> dict[str, str]:
 
 def _scored(run, result) -> pl.DataFrame:
     """The unfiltered run's per-query values, labelled `<baseline> without filters`."""
-    from tasks.analysis.score import score_runs
-    from tasks.config.measures import default_measures
-    from tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.analysis.score import score_runs
+    from retbench.tasks.config.measures import default_measures
+    from retbench.tasks.stages.dataset import load_saved_dataset
 
     saved = load_saved_dataset(run.dataset.path)
     baseline, _ = interventions(run.spec, filtered=False)
@@ -51,6 +51,6 @@ def _scored(run, result) -> pl.DataFrame:
 
 
 def section(inputs):
-    from tasks.reporting.html import Section, _figure, _p, _table
+    from retbench.tasks.reporting.html import Section, _figure, _p, _table
 
     return ladder_section(inputs.output_dir, Section, _p, _table, _figure)

@@ -15,10 +15,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from tasks.stages.embed import EmbeddingSet, LoadReport, read_vectors
+from retbench.tasks.stages.embed import EmbeddingSet, LoadReport, read_vectors
 
 class CachedVectors:
-    """Row source for tasks.stages.index.build_faiss_index (the cache's rows are unit vectors
+    """Row source for retbench.tasks.stages.index.build_faiss_index (the cache's rows are unit vectors
     already: tasks/stages/vectors.py).
 
     ``fill_rows(out)`` writes all rows into a flat index's storage (the first build); indexing

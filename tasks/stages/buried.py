@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tasks.stages.chunk import ChunkConfig, chunk_corpus
+from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
 
 PASSAGE_WORDS = 40
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import polars as pl
 
-from tasks.datasets.document_text import document_text
+from retbench.tasks.datasets.document_text import document_text
 
 STRATEGIES = ("none", "fixed", "sentence", "paragraph")
 UNITS = ("words", "tokens")

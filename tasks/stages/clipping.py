@@ -10,8 +10,8 @@ from typing import Sequence
 import polars as pl
 import pyarrow.parquet as pq
 
-from tasks.providers import Provider
-from tasks.store import shards
+from retbench.tasks.providers import Provider
+from retbench.tasks.store import shards
 
 # At or above this share of tokens cut, the log line and the report point to chunking: a twentieth
 # of the text unread is more than a rounding matter for recall.

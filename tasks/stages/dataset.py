@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from tasks.datasets import format_reader, known_formats
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.metadata import known_fields, parse_filter  # noqa: F401  (re-exported for unmoved importers)
-from tasks.datasets.model import CORPUS_SCHEMA, EXTRA_TABLES, QRELS_SCHEMA, QUERIES_SCHEMA, TABLES, Dataset
+from retbench.tasks.datasets import format_reader, known_formats
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.metadata import known_fields, parse_filter  # noqa: F401  (re-exported for unmoved importers)
+from retbench.tasks.datasets.model import CORPUS_SCHEMA, EXTRA_TABLES, QRELS_SCHEMA, QUERIES_SCHEMA, TABLES, Dataset
 
 if TYPE_CHECKING:
-    from tasks.config.spec import DatasetSpec
+    from retbench.tasks.config.spec import DatasetSpec
 
 __all__ = ["CORPUS_SCHEMA", "QRELS_SCHEMA", "QUERIES_SCHEMA", "Dataset", "DatasetError", "content_hash",
            "known_fields", "load_dataset", "load_saved_dataset", "parse_filter", "save_dataset"]
@@ -68,9 +68,9 @@ def reader_code_files(format: str) -> list[Path]:
     module of tasks/datasets, and the module the format's reader is defined in when elsewhere."""
     import inspect
 
-    import tasks.datasets
+    import retbench.tasks.datasets
 
-    files = [Path(__file__), *sorted(Path(tasks.datasets.__file__).parent.glob("*.py"))]
+    files = [Path(__file__), *sorted(Path(retbench.tasks.datasets.__file__).parent.glob("*.py"))]
     if format in known_formats():
         defined_in = Path(inspect.getfile(format_reader(format).read_rows))
         if defined_in not in files:
@@ -99,7 +99,7 @@ def content_hash(ds: Dataset) -> str:
 def save_dataset(ds: Dataset, directory: str | Path) -> Path:
     """Write corpus/queries/qrels.parquet and dataset.json (name, notes, content hash, and the
     sha256 of each table file, which the loader checks instead of re-hashing every row)."""
-    from tasks.store.files import file_sha256
+    from retbench.tasks.store.files import file_sha256
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ def _files_match(directory: Path, names: list[str], recorded: dict | None) -> bo
     """The table files are the bytes save_dataset wrote (their sha256 is in dataset.json): then
     their rows are too, and the row-by-row content hash (a tenth of a second per 10,000
     documents, on every load) is not needed. False also when nothing was recorded (older saves)."""
-    from tasks.store.files import file_sha256
+    from retbench.tasks.store.files import file_sha256
 
     if not isinstance(recorded, dict) or set(recorded) != set(names):
         return False
@@ -171,8 +171,8 @@ def _files_match(directory: Path, names: list[str], recorded: dict | None) -> bo
 
 
 def _write_atomically(target: Path, write: Callable[[str], Any]) -> None:
-    """Write via a temp file in the same folder, fsync and os.replace (tasks.store.files.atomic_write),
+    """Write via a temp file in the same folder, fsync and os.replace (retbench.tasks.store.files.atomic_write),
     so a reader never sees half a file."""
-    from tasks.store.files import atomic_write
+    from retbench.tasks.store.files import atomic_write
 
     atomic_write(target, write)

@@ -34,15 +34,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.progress import Progress
-from tasks.providers import Provider, Role
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages import embed_dim
-from tasks.stages.vectors import l2_normalized
-from tasks.store.build import StageResult, build_once, need_work
-from tasks.store import shards
-from tasks.store.files import stable_hash, write_json
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.progress import Progress
+from retbench.tasks.providers import Provider, Role
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages import embed_dim
+from retbench.tasks.stages.vectors import l2_normalized
+from retbench.tasks.store.build import StageResult, build_once, need_work
+from retbench.tasks.store import shards
+from retbench.tasks.store.files import stable_hash, write_json
+from retbench.tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench.embed")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tasks.store import shards
-from tasks.store.files import write_json
-from tasks.store.integrity import StoreError
+from retbench.tasks.store import shards
+from retbench.tasks.store.files import write_json
+from retbench.tasks.store.integrity import StoreError
 
 log = logging.getLogger("retbench.embed")
 

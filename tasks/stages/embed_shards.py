@@ -24,14 +24,14 @@ from typing import Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.progress import Progress
-from tasks.providers import Provider, Role
-from tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table, _weakest,
+from retbench.tasks.progress import Progress
+from retbench.tasks.providers import Provider, Role
+from retbench.tasks.stages.embed import (EmbeddingSet, _batches, _cached_tokens, _checked, _vector_table, _weakest,
                                 cache_dim, embed_progress, heal_cache, open_folder, set_address, shard_paths, speaker)
-from tasks.stages import embed_dim
-from tasks.store import shards
-from tasks.store.build import build_once, need_work
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.stages import embed_dim
+from retbench.tasks.store import shards
+from retbench.tasks.store.build import build_once, need_work
+from retbench.tasks.store.integrity import parquet_readable
 
 _PLANNED = b"planned_ns"  # part metadata: rows written to the cache after this moment are done
 

@@ -14,9 +14,9 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import located, open_binary
-from tasks.datasets.metadata import known_fields, parse_filter
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import located, open_binary
+from retbench.tasks.datasets.metadata import known_fields, parse_filter
 
 
 def _objects(path: Path, marker: bytes) -> Iterator[tuple[int, dict]]:

@@ -17,8 +17,8 @@ import faiss
 import numpy as np
 import polars as pl
 
-from tasks.indexes import kind_of_index
-from tasks.stages.sweep import bootstrap_ci, exact_scores_of, neighbour_recall
+from retbench.tasks.indexes import kind_of_index
+from retbench.tasks.stages.sweep import bootstrap_ci, exact_scores_of, neighbour_recall
 
 FILTER_KINDS = ("random", "correlated")
 FIDELITY_SCHEMA = {
@@ -59,7 +59,7 @@ def stored_hnsw(doc_set, config, store) -> tuple[str, faiss.Index, list[dict]]:
     these vectors, built through the store (the ANN sweep reuses the same file)."""
     from pathlib import Path
 
-    from tasks.stages.index import IndexSettings, build_index, load_index
+    from retbench.tasks.stages.index import IndexSettings, build_index, load_index
 
     settings = IndexSettings("hnsw", M=config.M, ef_construction=config.ef_construction)
     built = build_index(doc_set, settings, Path(store))

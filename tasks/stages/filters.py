@@ -17,11 +17,11 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from tasks.indexes import kind_of_index
-from tasks.stages.maxp import search_documents
-from tasks.store.build import StageResult, build_once
-from tasks.store.files import stable_hash
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.indexes import kind_of_index
+from retbench.tasks.stages.maxp import search_documents
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.store.files import stable_hash
+from retbench.tasks.store.integrity import parquet_readable
 
 FILTER_REPORT_SCHEMA = {
     "query_id": pl.String,
@@ -67,7 +67,7 @@ class FiltersRef(StageResult):
 
 def plan_filters(dataset_path: str, dataset_key: str, store: str | Path, force: bool = False) -> FiltersRef | None:
     """The dataset's filter groups as a store file, or None when no query has a filter."""
-    from tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.stages.dataset import load_saved_dataset
 
     if not (Path(dataset_path) / "filters.parquet").is_file():
         return None  # no query has a filter (save_dataset writes the table only then): skip reading the corpus

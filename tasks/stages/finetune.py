@@ -19,17 +19,17 @@ from typing import Callable
 
 import polars as pl
 
-from tasks.analysis.hard_negatives import (
+from retbench.tasks.analysis.hard_negatives import (
     HELD_OUT_SPLIT, TRIPLET_KEYS, HeldOutSplitError, mining_split, normalised_query_text,
 )
-from tasks.progress import Progress
-from tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
-from tasks.providers.sentence_transformers import SentenceTransformersProvider
-from tasks.datasets.errors import DatasetError
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import fingerprint_hash
-from tasks.store.build import StageResult, build_folder_once
-from tasks.store.files import stable_hash, write_json, write_parquet
+from retbench.tasks.progress import Progress
+from retbench.tasks.providers.finetuned import TRAINING_RECORD, FinetunedOptions, FinetunedProvider
+from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import fingerprint_hash
+from retbench.tasks.store.build import StageResult, build_folder_once
+from retbench.tasks.store.files import stable_hash, write_json, write_parquet
 
 WEIGHTS_FILE = "model/model.safetensors"
 LOG_FILE = "training_log.parquet"
@@ -106,7 +106,7 @@ def _same_text_as_test(pairs: pl.DataFrame, queries: pl.DataFrame) -> pl.Series:
 def drop_held_out_texts(pairs: pl.DataFrame, queries: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """The triples without those whose query has the text of a test query (XQuAD asks some
     questions twice, under two ids), and how many were dropped. Mining leaves such queries out
-    already (tasks.analysis.hard_negatives.mining_queries); this is for triples from elsewhere."""
+    already (retbench.tasks.analysis.hard_negatives.mining_queries); this is for triples from elsewhere."""
     kept = pairs.filter(~_same_text_as_test(pairs, queries))
     return kept, pairs.height - kept.height
 
@@ -311,7 +311,7 @@ def write_training_tables(models: list[FinetunedModel] | dict[str, FinetunedMode
     losses = pl.concat([lead(pl.DataFrame(m.log, schema={"step": pl.Int64, "epoch": pl.Float64, "loss": pl.Float64,
                                                          "seconds": pl.Float64}).with_columns(base=pl.lit(m.base), key=pl.lit(m.key[:16])), name)
                         for name, m in named], how="diagonal_relaxed")
-    from tasks.store.files import write_text
+    from retbench.tasks.store.files import write_text
 
     return {
         "finetune_training": str(write_parquet(table, output_dir / "finetune_training.parquet")),

@@ -13,10 +13,10 @@ from typing import Callable
 
 import polars as pl
 
-from tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, mining_split
-from tasks.providers.finetuned import FinetunedOptions
-from tasks.stages.dataset import load_saved_dataset
-from tasks.stages.finetune import FinetunedModel, FinetuneInputError, finetune_provider, write_training_tables
+from retbench.tasks.analysis.hard_negatives import hard_negative_pairs, mining_queries, mining_split
+from retbench.tasks.providers.finetuned import FinetunedOptions
+from retbench.tasks.stages.dataset import load_saved_dataset
+from retbench.tasks.stages.finetune import FinetunedModel, FinetuneInputError, finetune_provider, write_training_tables
 
 
 def finetuned_providers(spec) -> list[tuple[int, object]]:
@@ -53,7 +53,7 @@ def check_finetune_inputs(spec) -> None:
     """Pre-flight (before Prefect starts): read the dataset and refuse too few judged queries to mine."""
     if not finetuned_providers(spec):
         return
-    from tasks.stages.dataset import load_spec_dataset
+    from retbench.tasks.stages.dataset import load_spec_dataset
 
     d = spec.dataset
     dataset = load_spec_dataset(d)
@@ -98,8 +98,8 @@ def finetune_tables(models: dict[str, FinetunedModel], bases: dict[str, str], pe
                     statistics, output_dir: Path) -> dict[str, str]:
     """finetune_training / finetune_loss (tasks/stages/finetune.py) and finetune_verdict: each
     fine-tuned provider against its base, exact search, on dev and on test, by slice."""
-    from tasks.analysis.finetune_verdict import finetune_verdict
-    from tasks.store.files import write_parquet, write_text
+    from retbench.tasks.analysis.finetune_verdict import finetune_verdict
+    from retbench.tasks.store.files import write_parquet, write_text
 
     saved = load_saved_dataset(dataset_path)
     per_query = pl.read_parquet(per_query_path)

@@ -8,7 +8,7 @@ build-time parameters under a folder named by the embedding set,
 was built, and the flow and the ANN sweep share every file. Query-time parameters (nprobe,
 efSearch) never name a file.
 
-Each file is made by `tasks.store.build.build_once` (lock, checksum sidecar, quarantine of a
+Each file is made by `retbench.tasks.store.build.build_once` (lock, checksum sidecar, quarantine of a
 damaged file) with a `<file>.json` holding its build and train seconds, so a reused index
 still reports how long it took to make. Vectors come from the cache already L2-normalised
 (tasks/stages/vectors.py), so inner product is cosine and nothing is normalised here.
@@ -22,12 +22,12 @@ from typing import Any, Callable
 import faiss
 import numpy as np
 
-from tasks.indexes import index_kind
-from tasks.indexes.binary_codes import BinarySearch, padded_bits
-from tasks.indexes.ivf import default_nlist  # noqa: F401  (re-exported: tests and benchmarks import it from here)
-from tasks.stages.embed import EmbeddingSet, load_vectors
-from tasks.store.build import StageResult, build_once
-from tasks.store.integrity import faiss_dimension
+from retbench.tasks.indexes import index_kind
+from retbench.tasks.indexes.binary_codes import BinarySearch, padded_bits
+from retbench.tasks.indexes.ivf import default_nlist  # noqa: F401  (re-exported: tests and benchmarks import it from here)
+from retbench.tasks.stages.embed import EmbeddingSet, load_vectors
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.store.integrity import faiss_dimension
 
 _BINARY_FOURCC = b"IBxF"  # faiss.write_index_binary's tag for IndexBinaryFlat
 

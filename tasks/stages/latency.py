@@ -11,10 +11,10 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from tasks.analysis.equivalence import quantile_band
-from tasks.config.measurement import LatencySpec
-from tasks.progress import Progress
-from tasks.providers import Provider
+from retbench.tasks.analysis.equivalence import quantile_band
+from retbench.tasks.config.measurement import LatencySpec
+from retbench.tasks.progress import Progress
+from retbench.tasks.providers import Provider
 
 LATENCY_SCHEMA = {
     "provider": pl.String, "kind": pl.String, "batch_size": pl.Int64, "concurrency": pl.Int64,

@@ -24,12 +24,12 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.config.systems import LexicalSpec, TokenizerSpec
-from tasks.stages.maxp import document_run
-from tasks.store.build import StageResult, build_folder_once, build_once
-from tasks.store.files import file_sha256, stable_hash, write_parquet
-from tasks.store.integrity import parquet_readable, recorded_checksum
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.config.systems import LexicalSpec, TokenizerSpec
+from retbench.tasks.stages.maxp import document_run
+from retbench.tasks.store.build import StageResult, build_folder_once, build_once
+from retbench.tasks.store.files import file_sha256, stable_hash, write_parquet
+from retbench.tasks.store.integrity import parquet_readable, recorded_checksum
 
 INDEX_LABEL = "bm25"
 _BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",

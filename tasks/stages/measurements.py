@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.store.build import build_folder_once, build_once
-from tasks.store.files import stable_hash, write_parquet
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.store.build import build_folder_once, build_once
+from retbench.tasks.store.files import stable_hash, write_parquet
+from retbench.tasks.store.integrity import parquet_readable
 
 
 def machine_id() -> str:
@@ -51,8 +51,8 @@ def cached_sweep(doc_set, query_set, chunks_path: str, dataset_key: str, qrels_p
     """`run_sweep`, unless the same sweep already ran on this machine: then its tables are
     copied to the output folder and the plot and recommendation are made from them.
     `queries_path` (the dataset's queries, with their split) adds the dev/test columns."""
-    from tasks.analysis.ann_recommend import recommend
-    from tasks.stages.sweep import SweepResult, plot_sweep, run_sweep
+    from retbench.tasks.analysis.ann_recommend import recommend
+    from retbench.tasks.stages.sweep import SweepResult, plot_sweep, run_sweep
 
     # v2: the table has dev and test columns when the queries have a held-out split.
     key = stable_hash("ann-sweep-v2", doc_set.key, query_set.key, Path(chunks_path).name, dataset_key,

@@ -10,15 +10,15 @@ from typing import Iterator
 
 import polars as pl
 
-from tasks.config.spec import BenchmarkSpec, SpecError
-from tasks.datasets.model import Dataset
+from retbench.tasks.config.spec import BenchmarkSpec, SpecError
+from retbench.tasks.datasets.model import Dataset
 
 
 def preflight(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
     """Raise the first problem a run would meet before embedding anything: check_inputs' files,
     folders, filters and secrets, then every id and grade of the dataset. Returns the validated
     dataset and its content key when the store already holds it (None: parsed now)."""
-    from tasks.stages.prepare import check_inputs
+    from retbench.tasks.stages.prepare import check_inputs
 
     check_inputs(spec)
     return validated_dataset(spec)
@@ -28,9 +28,9 @@ def validated_dataset(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
     """The spec's dataset, validated: read from the store when a run parsed these very source files
     before (their hashes name a pointer there, so nothing is parsed again), else parsed now, in
     memory (the run's load-dataset stage stores it, and logs what it notes: silent here)."""
-    from tasks.stages.dataset import load_saved_dataset, load_spec_dataset
-    from tasks.stages.prepare import source_pointer
-    from tasks.store.remote import is_remote
+    from retbench.tasks.stages.dataset import load_saved_dataset, load_spec_dataset
+    from retbench.tasks.stages.prepare import source_pointer
+    from retbench.tasks.store.remote import is_remote
 
     if not is_remote(spec.store_dir):
         pointer = source_pointer(spec)
@@ -126,7 +126,7 @@ def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> 
     """What a full run of `spec` would embed and build, against what the store holds, computed
     from content keys alone: chunks, provider fingerprints and cache keys; no model is loaded
     (a provider's fingerprint names its model files, it does not read them into memory)."""
-    from tasks.store.remote import is_remote
+    from retbench.tasks.store.remote import is_remote
 
     inspected = not is_remote(spec.store_dir)
     store = Path(spec.store_dir)
@@ -144,8 +144,8 @@ def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> 
 
 def _chunks(spec, dataset: Dataset, dataset_key: str | None, variant, inspected: bool) -> pl.DataFrame:
     """The chunks the run embeds: the stored file when the store has it, else cut now (in memory)."""
-    from tasks.stages.chunk import ChunkConfig, chunk_corpus
-    from tasks.stages.prepare import chunks_address
+    from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from retbench.tasks.stages.prepare import chunks_address
 
     config = ChunkConfig(**variant.model_dump(exclude={"name"}))
     if dataset_key is not None and inspected:
@@ -157,8 +157,8 @@ def _chunks(spec, dataset: Dataset, dataset_key: str | None, variant, inspected:
 
 def _query_texts(spec, dataset: Dataset) -> dict[str, tuple[list[str], list[str]]]:
     """Query variant name -> (ids, texts) as the run embeds them (the raw queries first)."""
-    from tasks.config.variants import RAW_QUERIES
-    from tasks.stages.variants import preprocess
+    from retbench.tasks.config.variants import RAW_QUERIES
+    from retbench.tasks.stages.variants import preprocess
 
     ids, texts = dataset.queries["query_id"].to_list(), dataset.queries["text"].to_list()
     out = {RAW_QUERIES: (ids, texts)}
@@ -169,9 +169,9 @@ def _query_texts(spec, dataset: Dataset) -> dict[str, tuple[list[str], list[str]
 
 def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataFrame],
                    query_texts: dict, store: Path, inspected: bool) -> tuple[ProviderWork, list[IndexWork]]:
-    from tasks.providers import create_provider
-    from tasks.stages.embed import cache_dir_for, cache_key, cached_keys, embedding_set_key
-    from tasks.stages.index import plan_indexes
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.stages.embed import cache_dir_for, cache_key, cached_keys, embedding_set_key
+    from retbench.tasks.stages.index import plan_indexes
 
     total = sum(t.height for t in chunk_tables.values()) + sum(len(ids) for ids, _ in query_texts.values())
     plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, table.height, spec.indexes.other_kinds())

@@ -19,12 +19,12 @@ import polars as pl
 
 import pyarrow.parquet as pq
 
-from tasks.config.spec import BenchmarkSpec
-from tasks.stages.chunk import ChunkConfig, chunk_corpus
-from tasks.stages.dataset import content_hash, load_saved_dataset, load_spec_dataset, save_dataset
-from tasks.store.build import StageResult, build_folder_once, build_once
-from tasks.store.files import file_sha256, stable_hash
-from tasks.store.integrity import ensure_writable, parquet_readable
+from retbench.tasks.config.spec import BenchmarkSpec
+from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+from retbench.tasks.stages.dataset import content_hash, load_saved_dataset, load_spec_dataset, save_dataset
+from retbench.tasks.store.build import StageResult, build_folder_once, build_once
+from retbench.tasks.store.files import file_sha256, stable_hash
+from retbench.tasks.store.integrity import ensure_writable, parquet_readable
 
 log = logging.getLogger("retbench.dataset")
 
@@ -72,14 +72,14 @@ def check_inputs(spec: BenchmarkSpec) -> None:
     (and a declared one), the output and store directories are folders this process can
     write, and a spec that fine-tunes has enough judged dev queries. Raises DatasetError or
     StoreError naming the spec key or file:line."""
-    from tasks.datasets.errors import DatasetError
-    from tasks.stages.filter_fields import check_filter_fields
-    from tasks.store.integrity import StoreError
-    from tasks.store.remote import check_reachable, is_remote
+    from retbench.tasks.datasets.errors import DatasetError
+    from retbench.tasks.stages.filter_fields import check_filter_fields
+    from retbench.tasks.store.integrity import StoreError
+    from retbench.tasks.store.remote import check_reachable, is_remote
 
     dataset = spec.dataset
     if not dataset.path.exists():
-        from tasks.datasets.lines import packed_siblings
+        from retbench.tasks.datasets.lines import packed_siblings
 
         packed = [p.name for p in packed_siblings(dataset.path) if p.name.startswith(dataset.path.name)]
         hint = f"; found {', '.join(packed)} beside it: unpack it there" if packed else ""
@@ -107,7 +107,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
                              f"(or {key} in the spec) at a folder")
         ensure_writable(folder, what)
     _check_secret_variables(spec)
-    from tasks.stages.finetune_step import check_finetune_inputs
+    from retbench.tasks.stages.finetune_step import check_finetune_inputs
 
     check_finetune_inputs(spec)  # reads the dataset, only when the spec fine-tunes a provider
 
@@ -115,9 +115,9 @@ def check_inputs(spec: BenchmarkSpec) -> None:
 def _check_secret_variables(spec: BenchmarkSpec) -> None:
     """Every environment variable a provider or reranker reads a key from is set: a missing
     key is found before the run, not after the local stages."""
-    from tasks.providers import options_model
-    from tasks.providers.secrets import SecretLookupError, env_references
-    from tasks.rerankers import reranker_options_model
+    from retbench.tasks.providers import options_model
+    from retbench.tasks.providers.secrets import SecretLookupError, env_references
+    from retbench.tasks.rerankers import reranker_options_model
 
     configured = [(f"providers[{i}].options", options_model(p.kind), p.options) for i, p in enumerate(spec.providers)]
     configured += [(f"rerankers[{i}].options", reranker_options_model(r.kind), r.options)
@@ -195,7 +195,7 @@ def _facts(ref: DatasetRef, store_dir) -> dict:
 def _source_key(spec: BenchmarkSpec) -> str:
     """What the parsed dataset depends on: every source file's bytes (hashed, not parsed), the
     loader's settings, and the loader's own code (a fixed loader parses again)."""
-    from tasks.stages import dataset as loader
+    from retbench.tasks.stages import dataset as loader
 
     dataset_spec = spec.dataset
     sources = [*sorted(p for p in dataset_spec.path.rglob("*") if p.is_file()),

@@ -27,16 +27,16 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tasks.analysis.cost import weakest_source
-from tasks.analysis.equivalence import quantile_band
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.progress import Progress, stop_requested
-from tasks.rerankers.base import RerankBatch, Reranker
-from tasks.stages.embed import cached_vectors
-from tasks.store.build import StageResult, build_once, need_work
-from tasks.store.files import stable_hash, write_json, write_parquet
-from tasks.store import shards
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.analysis.cost import weakest_source
+from retbench.tasks.analysis.equivalence import quantile_band
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.progress import Progress, stop_requested
+from retbench.tasks.rerankers.base import RerankBatch, Reranker
+from retbench.tasks.stages.embed import cached_vectors
+from retbench.tasks.store.build import StageResult, build_once, need_work
+from retbench.tasks.store.files import stable_hash, write_json, write_parquet
+from retbench.tasks.store import shards
+from retbench.tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench.rerank")
 
@@ -243,7 +243,7 @@ def _run_batches(reranker, work: list):
 
 def _score_table(keys: list[str], batch: RerankBatch) -> pa.Table:
     """A call's rows: each pair's score and its share of the call's seconds, tokens and units."""
-    from tasks.rerankers.base import checked_scores
+    from retbench.tasks.rerankers.base import checked_scores
 
     n = len(keys)
     scores = checked_scores(batch.scores, n, f"reranker batch of {n}")

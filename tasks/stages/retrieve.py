@@ -20,19 +20,19 @@ import polars as pl
 
 import pyarrow.parquet as pq
 
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.analysis.trec import check_trec_tokens
-from tasks.indexes import index_kind
-from tasks.indexes.sharded import ExactSearch
-from tasks.stages.embed import EmbeddingSet, load_vectors
-from tasks.stages.filters import search_with_filters
-from tasks.stages.index import BuiltIndex, build_index, load_index
-from tasks.stages.maxp import document_run, search_documents
-from tasks.stages.sharded_index import build_sharded_index
-from tasks.stages.sharded_search import SHARDABLE, CacheRows, sharded_search
-from tasks.store.build import StageResult, build_once
-from tasks.store.files import stable_hash, write_text
-from tasks.store.integrity import parquet_readable, recorded_checksum, verify
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.analysis.trec import check_trec_tokens
+from retbench.tasks.indexes import index_kind
+from retbench.tasks.indexes.sharded import ExactSearch
+from retbench.tasks.stages.embed import EmbeddingSet, load_vectors
+from retbench.tasks.stages.filters import search_with_filters
+from retbench.tasks.stages.index import BuiltIndex, build_index, load_index
+from retbench.tasks.stages.maxp import document_run, search_documents
+from retbench.tasks.stages.sharded_index import build_sharded_index
+from retbench.tasks.stages.sharded_search import SHARDABLE, CacheRows, sharded_search
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.store.files import stable_hash, write_text
+from retbench.tasks.store.integrity import parquet_readable, recorded_checksum, verify
 
 log = logging.getLogger("retbench")
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import faiss
 
-from tasks.stages.embed import EmbeddingSet, read_vector_rows
-from tasks.stages.index import BuiltIndex, IndexSettings, check_dimension, index_path
-from tasks.stages.sharded_search import SHARDABLE
-from tasks.store.build import build_once
+from retbench.tasks.stages.embed import EmbeddingSet, read_vector_rows
+from retbench.tasks.stages.index import BuiltIndex, IndexSettings, check_dimension, index_path
+from retbench.tasks.stages.sharded_search import SHARDABLE
+from retbench.tasks.store.build import build_once
 
 SUFFIX = ".sharded.faiss"
 

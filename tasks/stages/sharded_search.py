@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.indexes.sharded import ExactSearch, build_shard, empty_ivf_like, shard_bounds
-from tasks.stages.embed import EmbeddingSet, read_vector_range
+from retbench.tasks.indexes.sharded import ExactSearch, build_shard, empty_ivf_like, shard_bounds
+from retbench.tasks.stages.embed import EmbeddingSet, read_vector_range
 
 SHARDABLE = ("flat", "ivf")  # kinds searched exactly over shards; the others load in one process
 

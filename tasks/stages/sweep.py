@@ -27,22 +27,22 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from tasks.progress import Progress
-from tasks.stages.build_vectors import CachedVectors, FlatFile
-from tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
-from tasks.store.build import StageResult, build_once
-from tasks.analysis.equivalence import quantile_band
-from tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
-from tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
-from tasks.stages.index import BuiltIndex, build_index, index_path, load_index, set_query_params
-from tasks.stages.sweep_grid import default_pq_m, default_pq_nbits, resolve_grid  # noqa: F401  (re-exported)
-from tasks.analysis.ann_recommend import CHOOSE, HELD_OUT, split_column
-from tasks.analysis.ann_recommend import Recommendation, recommend, relative_loss  # noqa: F401  (re-exported)
-from tasks.stages.vectors import l2_normalized
-from tasks.analysis.metrics import evaluate
-from tasks.analysis.runs import trec_order
-from tasks.stages.maxp import search_documents
-from tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
+from retbench.tasks.progress import Progress
+from retbench.tasks.stages.build_vectors import CachedVectors, FlatFile
+from retbench.tasks.stages.embed import EmbeddingSet, read_vectors, store_vectors
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.analysis.equivalence import quantile_band
+from retbench.tasks.analysis.stats import bootstrap_ci as _bootstrap_ci
+from retbench.tasks.config.sweep import SweepSpec  # noqa: F401  (re-exported: tests and benchmarks import it from here)
+from retbench.tasks.stages.index import BuiltIndex, build_index, index_path, load_index, set_query_params
+from retbench.tasks.stages.sweep_grid import default_pq_m, default_pq_nbits, resolve_grid  # noqa: F401  (re-exported)
+from retbench.tasks.analysis.ann_recommend import CHOOSE, HELD_OUT, split_column
+from retbench.tasks.analysis.ann_recommend import Recommendation, recommend, relative_loss  # noqa: F401  (re-exported)
+from retbench.tasks.stages.vectors import l2_normalized
+from retbench.tasks.analysis.metrics import evaluate
+from retbench.tasks.analysis.runs import trec_order
+from retbench.tasks.stages.maxp import search_documents
+from retbench.tasks.store.files import atomic_write, stable_hash, write_json, write_parquet, write_text
 
 # --- fidelity -----------------------------------------------------------------------------
 

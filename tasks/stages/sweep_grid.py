@@ -7,10 +7,10 @@ binary index's float re-scoring depth) are swept on the loaded index without reb
 """
 from __future__ import annotations
 
-from tasks.config.sweep import SweepSpec
-from tasks.indexes import index_kind
-from tasks.indexes.ivfpq import default_pq_m, default_pq_nbits  # noqa: F401  (re-exported)
-from tasks.stages.index import IndexSettings
+from retbench.tasks.config.sweep import SweepSpec
+from retbench.tasks.indexes import index_kind
+from retbench.tasks.indexes.ivfpq import default_pq_m, default_pq_nbits  # noqa: F401  (re-exported)
+from retbench.tasks.stages.index import IndexSettings
 
 
 def resolve_grid(spec: SweepSpec, n_vectors: int, dim: int) -> list[tuple[IndexSettings, list[dict]]]:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tasks.config.setting import FirstStage, Setting
-from tasks.store.build import StageResult, build_once
-from tasks.store.files import stable_hash, write_parquet
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.config.setting import FirstStage, Setting
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.store.files import stable_hash, write_parquet
+from retbench.tasks.store.integrity import parquet_readable
 
 log = logging.getLogger("retbench")
 
@@ -92,7 +92,7 @@ def run_of(setting: tuple, run_files: dict[tuple, str]) -> pl.DataFrame:
 
 
 def bm25_stage(lexical, chunks, dataset, store: str, depth: int, force: bool) -> SystemRun:
-    from tasks.stages.lexical import bm25_run, build_bm25_index
+    from retbench.tasks.stages.lexical import bm25_run, build_bm25_index
 
     index = build_bm25_index(chunks.path, lexical, store, chunks_key=chunks.key, force=force)
     queries = pl.read_parquet(dataset.queries_path, columns=["query_id", "text"])
@@ -107,8 +107,8 @@ def bm25_stage(lexical, chunks, dataset, store: str, depth: int, force: bool) ->
 
 def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, store: str, depth: int) -> SystemRun:
     """Two or more stages fused (RRF, or normalised scores of two with alpha chosen on the dev split)."""
-    from tasks.analysis.fusion import choose_alpha, reciprocal_rank_fusion, score_fusion
-    from tasks.stages.dataset import load_saved_dataset
+    from retbench.tasks.analysis.fusion import choose_alpha, reciprocal_rank_fusion, score_fusion
+    from retbench.tasks.stages.dataset import load_saved_dataset
 
     fusion = system.fusion
     paths = [i.path for i in inputs]
@@ -136,7 +136,7 @@ def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, st
                                   normalization=fusion.normalization, name=system.name, depth=cut)
             run, facts = choice.run, choice.manifest()
         run = run.with_columns(provider=pl.lit(system.name), index=pl.lit(label), nprobe=pl.lit(None, dtype=pl.Int64))
-        from tasks.analysis.runs import RUN_SCHEMA, trec_order
+        from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
 
         write_parquet(trec_order(run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)), tmp)
         return {"method": fusion.method, **facts}
@@ -153,8 +153,8 @@ def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, st
 
 def rerank_stage(system, reranker_spec, setting: Setting, source: StageInput, chunks, dataset, store: str,
                  force: bool) -> SystemRun:
-    from tasks.rerankers import create_reranker
-    from tasks.stages.rerank import rerank_run
+    from retbench.tasks.rerankers import create_reranker
+    from retbench.tasks.stages.rerank import rerank_run
 
     first = source.columns
     run = pl.read_parquet(source.path)

@@ -16,12 +16,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from tasks.config.setting import FirstStage, Setting
-from tasks.config.spec import BenchmarkSpec
-from tasks.config.variants import RAW_QUERIES, QueryVariantSpec, read_rewrites
-from tasks.store.build import StageResult, build_once
-from tasks.store.files import stable_hash
-from tasks.store.integrity import parquet_readable
+from retbench.tasks.config.setting import FirstStage, Setting
+from retbench.tasks.config.spec import BenchmarkSpec
+from retbench.tasks.config.variants import RAW_QUERIES, QueryVariantSpec, read_rewrites
+from retbench.tasks.store.build import StageResult, build_once
+from retbench.tasks.store.files import stable_hash
+from retbench.tasks.store.integrity import parquet_readable
 
 SETTINGS_SCHEMA = {
     "setting": pl.String,  # the label in the `provider` column of every table
@@ -65,7 +65,7 @@ def plan_settings(spec: BenchmarkSpec) -> list[VariantSetting]:
 
 
 def settings_table(spec: BenchmarkSpec) -> pl.DataFrame:
-    from tasks.stages.chunk import ChunkConfig
+    from retbench.tasks.stages.chunk import ChunkConfig
 
     configs = {c.name: ChunkConfig(**c.model_dump(exclude={"name"})).name for c in spec.chunking_variants}
     rows = [(s.label, s.provider, s.chunking, configs[s.chunking], s.query_variant, s.kind, s.baseline)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from tasks.store.files import atomic_write, write_json
-from tasks.store.integrity import file_lock, lock_for, record_checksum, sidecar, verify
-from tasks.store.remote import fetched, uploaded
+from retbench.tasks.store.files import atomic_write, write_json
+from retbench.tasks.store.integrity import file_lock, lock_for, record_checksum, sidecar, verify
+from retbench.tasks.store.remote import fetched, uploaded
 
 
 @dataclass(frozen=True, kw_only=True)

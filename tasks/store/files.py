@@ -18,8 +18,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.store.cache_dir import user_cache_dir
-from tasks.store.remote import uploaded
+from retbench.tasks.store.cache_dir import user_cache_dir
+from retbench.tasks.store.remote import uploaded
 
 
 def stable_hash(*parts: Any) -> str:

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tasks.store.files import file_sha256, write_text
+from retbench.tasks.store.files import file_sha256, write_text
 
 log = logging.getLogger("retbench.integrity")
 
@@ -91,7 +91,7 @@ def verify(path: str | Path, store: str | Path, parse: Callable[[Path], object] 
 def fetched_with_sidecar(path: Path) -> bool:
     """For a store on an object store: fetch a missing file, which counts as present only when
     its sidecar (uploaded after it) is there too. Always False for a local store."""
-    from tasks.store.remote import store_of
+    from retbench.tasks.store.remote import store_of
 
     remote = store_of(path)
     return remote is not None and remote.fetch(sidecar(path)) and remote.fetch(path)
@@ -113,7 +113,7 @@ def quarantine(path: str | Path, store: str | Path, reason: str, quiet: bool = F
         return None  # another process got there first
     with contextlib.suppress(FileNotFoundError):
         os.replace(sidecar(path), Path(f"{target}{SIDECAR_SUFFIX}"))
-    from tasks.store.remote import removed
+    from retbench.tasks.store.remote import removed
 
     # On an object store the damaged object goes too (the quarantined copy keeps the evidence),
     # so the next run does not fetch it again; the rebuilt file is uploaded in its place.

@@ -16,9 +16,9 @@ import json
 import shutil
 from pathlib import Path
 
-from tasks.store.build import build_once
-from tasks.store.files import atomic_write
-from tasks.store.integrity import verify
+from retbench.tasks.store.build import build_once
+from retbench.tasks.store.files import atomic_write
+from retbench.tasks.store.integrity import verify
 
 _TASKS = Path(__file__).resolve().parent.parent
 

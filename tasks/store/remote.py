@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from tasks.store.cache_dir import user_cache_dir
+from retbench.tasks.store.cache_dir import user_cache_dir
 
 log = logging.getLogger("retbench.store")
 
@@ -29,7 +29,7 @@ MARKER = ".object-store.json"
 # {"<scratch folder>": "<store URI>"}: set by `attach` for child processes; set it on Dask
 # workers of other machines (copied from the run's environment) so they use the same store.
 ENVIRONMENT = "RETBENCH_OBJECT_STORES"
-SIDECAR = ".sha256"  # tasks.store.integrity.SIDECAR_SUFFIX (which imports this module lazily)
+SIDECAR = ".sha256"  # retbench.tasks.store.integrity.SIDECAR_SUFFIX (which imports this module lazily)
 STALE_SECONDS = 600
 
 # There are no locks on an object store. What replaces them:

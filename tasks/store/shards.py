@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
-from tasks.store.build import write_checked
-from tasks.store.files import disk_full
-from tasks.store.integrity import file_lock, quarantine, record_checksum, recorded_checksum, sidecar, verify
-from tasks.store.remote import removed, store_of, synced
+from retbench.tasks.store.build import write_checked
+from retbench.tasks.store.files import disk_full
+from retbench.tasks.store.integrity import file_lock, quarantine, record_checksum, recorded_checksum, sidecar, verify
+from retbench.tasks.store.remote import removed, store_of, synced
 
 
 @contextlib.contextmanager

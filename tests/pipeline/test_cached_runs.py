@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: cached
@@ -39,8 +39,8 @@ def write_spec(tmp_path: Path, name: str, ivf: str = "{nprobe: [1, 4]}", extra: 
 
 
 def run(spec_path: Path, **selection):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     return run_pipeline(load_spec(spec_path), Selection(**selection))
 
@@ -52,7 +52,7 @@ class CountingHashing:
 
     @classmethod
     def make(cls, provider):
-        from tasks.providers.hashing import HashingProvider
+        from retbench.tasks.providers.hashing import HashingProvider
 
         class Counting(HashingProvider):
             def token_counts(self, texts, role):
@@ -63,8 +63,8 @@ class CountingHashing:
 
 
 def test_a_cached_rerun_counts_no_tokens_and_reports_the_same_cost(tmp_path):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     spec = load_spec(write_spec(tmp_path, "tokens"))
     first = run_pipeline(spec, make_provider=CountingHashing.make)
@@ -131,7 +131,7 @@ def test_indexes_ivf_null_runs_flat_only(tmp_path):
     ({"dim": 4}, "providers[0].options.dim: Input should be greater than or equal to 16"),
 ])
 def test_provider_options_are_refused_at_load_with_their_key_path(tmp_path, options, message):
-    from tasks.config.spec import SpecError, load_spec
+    from retbench.tasks.config.spec import SpecError, load_spec
 
     path = write_spec(tmp_path, "options")
     path.write_text(path.read_text().replace("options: {dim: 64}", f"options: {json.dumps(options)}"))
@@ -146,9 +146,9 @@ def test_torch_is_imported_while_the_server_boots_only_for_a_provider_with_nothi
     a run that stops before the embed stage and a remote store import nothing."""
     import numpy as np
 
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, default_provider, modules_of_providers_to_embed
-    from tasks.stages.embed import store_vectors
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, default_provider, modules_of_providers_to_embed
+    from retbench.tasks.stages.embed import store_vectors
 
     spec_path = write_spec(tmp_path, "two")
     text = spec_path.read_text(encoding="utf-8").replace(

@@ -5,11 +5,11 @@ import json
 import polars as pl
 import pytest
 
-from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.cheaper import ON_TEST, PAIRED, SUM, SWEEP, cheaper_variants_table
-from tasks.config.cheaper import CheaperVariant, cheaper_variants
-from tasks.config.spec import load_spec
-from support.paths import ROOT
+from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.cheaper import ON_TEST, PAIRED, SUM, SWEEP, cheaper_variants_table
+from retbench.tasks.config.cheaper import CheaperVariant, cheaper_variants
+from retbench.tasks.config.spec import load_spec
+from retbench.support.paths import ROOT
 
 
 def _spec(tmp_path, providers: str):
@@ -115,7 +115,7 @@ store_dir: {store}
 
 
 def test_a_sample_run_writes_every_cheaper_variant_with_its_costs(tmp_path):
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.pipeline import run_pipeline
 
     (tmp_path / "spec.yaml").write_text(SAMPLE_SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / "out",
                                                            store=tmp_path / "store"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import ROOT
-from support.faulty_server import FaultyServer
+from retbench.support.paths import ROOT
+from retbench.support.faulty_server import FaultyServer
 
 SPEC = """name: tiny
 dataset: {{path: {data}, format: jsonl, split: all}}
@@ -43,7 +43,7 @@ def write_spec(tmp_path: Path, provider: str = "{name: h, kind: hashing}", **pat
 def retbench(*args, cwd: Path, prefect_home: Path, **popen) -> subprocess.CompletedProcess | subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)
-    command = [sys.executable, "-m", "flows.cli", *map(str, args)]
+    command = [sys.executable, "-m", "retbench.flows.cli", *map(str, args)]
     if popen:
         return subprocess.Popen(command, cwd=cwd, env=env, **popen)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -107,10 +107,10 @@ def test_http_401_inside_the_flow_is_one_line(tmp_path, prefect_home):
 
 
 def test_check_inputs_names_the_spec_key(tmp_path):
-    from tasks.config.spec import load_spec
-    from tasks.datasets.errors import DatasetError
-    from tasks.stages.prepare import check_inputs
-    from tasks.store.integrity import StoreError
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.datasets.errors import DatasetError
+    from retbench.tasks.stages.prepare import check_inputs
+    from retbench.tasks.store.integrity import StoreError
 
     (tmp_path / "afile").write_text("x")
     tiny_collection(tmp_path / "data")
@@ -129,11 +129,11 @@ def test_check_inputs_names_the_spec_key(tmp_path):
 def test_expected_failures_and_their_one_line(tmp_path):
     import errno
 
-    from flows.errors import expected_failure, one_line
-    from tasks.providers import create_provider
-    from tasks.providers.secrets import resolve_secret
-    from tasks.datasets.errors import DatasetError
-    from tasks.store.files import write_bytes
+    from retbench.flows.errors import expected_failure, one_line
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.providers.secrets import resolve_secret
+    from retbench.tasks.datasets.errors import DatasetError
+    from retbench.tasks.store.files import write_bytes
 
     def raised(action) -> BaseException:
         try:
@@ -145,7 +145,7 @@ def test_expected_failures_and_their_one_line(tmp_path):
     def disk_full():
         def write(tmp):
             raise OSError(errno.ENOSPC, "No space left on device")
-        from tasks.store.files import atomic_write
+        from retbench.tasks.store.files import atomic_write
         atomic_write(tmp_path / "table.parquet", write)
 
     full = raised(disk_full)
@@ -169,9 +169,9 @@ def test_expected_failures_and_their_one_line(tmp_path):
 
 
 def test_missing_key_variable_is_one_line_before_prefect_starts(tmp_path, monkeypatch):
-    from tasks.config.spec import load_spec
-    from tasks.providers.secrets import SecretLookupError
-    from tasks.stages.prepare import check_inputs
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.providers.secrets import SecretLookupError
+    from retbench.tasks.stages.prepare import check_inputs
 
     tiny_collection(tmp_path / "data")
     provider = ("{name: api, kind: openai-compatible, options: {base_url: 'http://127.0.0.1:9/v1', model: m, "
@@ -201,7 +201,7 @@ def test_missing_key_variable_is_one_line_before_prefect_starts(tmp_path, monkey
 def test_after_an_expected_failure_prefects_echoes_and_cancelled_siblings_are_dropped():
     import logging
 
-    from flows.errors import QuietExpectedFailures
+    from retbench.flows.errors import QuietExpectedFailures
 
     def record(message, exc=None):
         return logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: composed
@@ -43,8 +43,8 @@ ROWS = {  # (setting, params, provider, index, nprobe)
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("composed")
     path = base / "spec.yaml"
@@ -74,7 +74,7 @@ def test_each_system_is_compared_with_every_stage_it_reads(out):
 
 
 def test_the_three_way_fusion_is_rrf_of_its_three_runs(out):
-    from tasks.analysis.fusion import reciprocal_rank_fusion
+    from retbench.tasks.analysis.fusion import reciprocal_rank_fusion
 
     runs = pl.read_parquet(out / "runs.parquet")
     pick = lambda setting, params: runs.filter((pl.col("setting") == setting) & (pl.col("params") == params))  # noqa: E731

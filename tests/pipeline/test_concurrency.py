@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 
-from support import crash_worker
-from support.crash_worker import PROVIDERS, TABLES, cache_rows
-from support.crash_runs import provider_folders
+from retbench.support import crash_worker
+from retbench.support.crash_worker import PROVIDERS, TABLES, cache_rows
+from retbench.support.crash_runs import provider_folders
 
 PROCESSES = 3
 
@@ -44,7 +44,7 @@ def test_three_concurrent_runs_share_the_store_without_double_work(tmp_path):
         for name in TABLES:
             assert pl.read_parquet(tmp_path / f"out{i}" / f"{name}.parquet").equals(reference[name]), (i, name)
     # Every index and run file was built once: one file per name, each with a matching checksum.
-    from tasks.store.integrity import checksum_ok
+    from retbench.tasks.store.integrity import checksum_ok
 
     for path in list((store / "indexes").rglob("*.faiss")) + list((store / "runs").glob("*.parquet")):
         assert checksum_ok(path) is True, path

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT, SHARED_DATA
+from retbench.support.paths import ROOT, SHARED_DATA
 
 CRANFIELD = SHARED_DATA / "cranfield"
 SPEC = """
@@ -23,7 +23,7 @@ store_dir: {store}
 def cranfield_run(tmp_path_factory, prefect_harness):
     if not CRANFIELD.is_dir():
         pytest.skip(f"{CRANFIELD} not present")
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     base = tmp_path_factory.mktemp("cranfield")
     spec = base / "spec.yaml"
@@ -65,8 +65,8 @@ def test_retbench_eval_on_the_written_runs_trec_matches_pytrec_eval(cranfield_ru
     run: every per-query value equals pytrec_eval's from the same files."""
     import pytrec_eval
 
-    from flows.eval_command import score_files
-    from tasks.analysis.trec import write_qrels
+    from retbench.flows.eval_command import score_files
+    from retbench.tasks.analysis.trec import write_qrels
 
     manifest = json.loads((cranfield_run / "manifest.json").read_text())
     qrels_path = tmp_path / "qrels.trec"

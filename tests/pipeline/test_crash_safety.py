@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support import crash_worker
-from support.crash_worker import TABLES, cache_rows
-from support.crash_runs import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill
+from retbench.support import crash_worker
+from retbench.support.crash_worker import TABLES, cache_rows
+from retbench.support.crash_runs import STAGES, WINDOW, check_rerun, provider_folders, start_and_kill
 
 TRIALS = 12  # two per stage here; benchmarks/bench_crash.py runs the long soak (120 trials)
 
@@ -45,7 +45,7 @@ def test_kill_at_random_moments_of_every_stage_then_rerun(tmp_path, reference):
 def test_kill_between_a_parts_shard_and_its_journals_removal_leaves_no_duplicate_after_rerun(tmp_path, reference,
                                                                                             monkeypatch):
     """The known gap: a finished part's journal becomes a shard, then the journal is deleted."""
-    from tasks.store import shards
+    from retbench.tasks.store import shards
 
     real_drop = shards.drop_journal
     calls = {"n": 0}
@@ -67,8 +67,8 @@ def test_kill_between_a_parts_shard_and_its_journals_removal_leaves_no_duplicate
 
 
 def test_force_reembed_leaves_one_row_per_key(tmp_path):
-    from tasks.stages.embed import embed_texts, load_vectors
-    from tasks.providers import create_provider
+    from retbench.tasks.stages.embed import embed_texts, load_vectors
+    from retbench.tasks.providers import create_provider
 
     provider = create_provider("hashing", {"dim": 32})
     texts = [f"text number {i}" for i in range(40)]

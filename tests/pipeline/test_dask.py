@@ -2,7 +2,7 @@
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: dask
@@ -18,7 +18,7 @@ store_dir: {store}
 
 
 def test_dask_runner_matches_default_runner(tmp_path, prefect_harness):
-    from flows.benchmark import with_task_runner
+    from retbench.flows.benchmark import with_task_runner
 
     results = {}
     for runner in (None, "local"):
@@ -63,11 +63,11 @@ def test_one_providers_parts_on_two_dask_workers_give_the_plain_runners_vectors(
 
     import numpy as np
 
-    from flows.benchmark import with_task_runner
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
-    from tasks.stages.embed import EmbeddingSet, read_vectors
-    from support.latency_server import latency_server, stats
+    from retbench.flows.benchmark import with_task_runner
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.stages.embed import EmbeddingSet, read_vectors
+    from retbench.support.latency_server import latency_server, stats
 
     def spec_file(name: str, url: str):
         base = tmp_path / name

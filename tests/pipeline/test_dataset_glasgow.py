@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import SHARED_DATA
-from tasks.datasets.errors import DatasetError
-from tasks.stages.dataset import load_dataset
+from retbench.support.paths import SHARED_DATA
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.dataset import load_dataset
 
 GLASGOW = SHARED_DATA / "glasgow" if (SHARED_DATA / "glasgow").is_dir() else None
 
@@ -213,8 +213,8 @@ def test_npl_hashing_run_agrees_with_pytrec_eval(tmp_path):
     import polars as pl
     import pytrec_eval
 
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     spec_file = tmp_path / "npl.yaml"
     spec_file.write_text(

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from support.paths import ROOT
-from support.faulty_server import free_port, stop_process, wait_for_http
+from retbench.support.paths import ROOT
+from retbench.support.faulty_server import free_port, stop_process, wait_for_http
 
 pytestmark = pytest.mark.server
 
@@ -98,7 +98,7 @@ def test_prefect_yaml_registers_both_deployments(server, tmp_path):
     listed = subprocess.run([*prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=120)
     assert "benchmark/nightly" in listed.stdout and "benchmark/manual" in listed.stdout
     # Their flow runs start with the malloc settings `retbench run` gives itself (tasks/allocator.py).
-    from tasks.allocator import SETTINGS
+    from retbench.tasks.allocator import SETTINGS
 
     for name in ("benchmark/nightly", "benchmark/manual"):
         shown = subprocess.run([*prefect, "deployment", "inspect", name, "--output", "json"], env=env,

@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.docs_tables import mistyped, undocumented
-from support.paths import ROOT
+from retbench.support.docs_tables import mistyped, undocumented
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: docs-tables
@@ -55,8 +55,8 @@ def _table_of(path: Path, out: Path) -> str:
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("docs-tables")
     spec_path = base / "spec.yaml"

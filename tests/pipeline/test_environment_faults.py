@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.store.integrity import StoreError
-from support import crash_worker
+from retbench.tasks.store.integrity import StoreError
+from retbench.support import crash_worker
 
 
 def store_hashes(store: Path) -> dict[str, str]:
@@ -113,7 +113,7 @@ def test_full_filesystem_fails_cleanly_and_a_rerun_after_freeing_space_completes
 
 def test_enospc_in_the_atomic_writer_keeps_the_old_file(tmp_path, monkeypatch):
     """Without a real full disk: ENOSPC while writing replaces nothing and leaves no temp file."""
-    from tasks.store import files as storage
+    from retbench.tasks.store import files as storage
 
     target = tmp_path / "x.json"
     storage.write_json(target, {"old": True})
@@ -130,8 +130,8 @@ def test_enospc_in_the_atomic_writer_keeps_the_old_file(tmp_path, monkeypatch):
 
 
 def test_missing_model_package_is_named_with_the_install_command(tmp_path, monkeypatch):
-    from tasks.stages.embed import embed_texts
-    from tasks.providers import create_provider
+    from retbench.tasks.stages.embed import embed_texts
+    from retbench.tasks.providers import create_provider
 
     crash_worker.run(tmp_path / "store", tmp_path / "out")
     before = store_hashes(tmp_path / "store")
@@ -152,7 +152,7 @@ def test_missing_model_package_is_named_with_the_install_command(tmp_path, monke
 
 
 def test_missing_sentence_transformers_model_folder_is_named(tmp_path):
-    from tasks.providers import create_provider
+    from retbench.tasks.providers import create_provider
 
     with pytest.raises(FileNotFoundError) as caught:
         create_provider("sentence-transformers", {"model": str(tmp_path / "no-such-model")})
@@ -168,7 +168,7 @@ def test_index_file_of_another_dimension_is_refused_with_the_fix(tmp_path):
     other = faiss.IndexFlatIP(8)
     other.add(np.eye(8, dtype=np.float32))
     faiss.write_index(other, str(flat))  # copied in by hand, sidecar and all
-    from tasks.store.integrity import record_checksum
+    from retbench.tasks.store.integrity import record_checksum
 
     record_checksum(flat)
     for folder in ("runs",):

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from tasks.config.spec import SpecError, load_spec
-from tasks.datasets.errors import DatasetError
-from tasks.stages.filter_fields import check_filter_fields, document_fields
-from tasks.stages.prepare import check_inputs
-from support.paths import ROOT
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.filter_fields import check_filter_fields, document_fields
+from retbench.tasks.stages.prepare import check_inputs
+from retbench.support.paths import ROOT
 from tests.pipeline.test_cli_errors import retbench
 
 DOCS = [

@@ -7,12 +7,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.datasets.errors import DatasetError
-from tasks.stages.dataset import load_dataset
-from tasks.stages.filtered_ann import filtered_fidelity
-from tasks.stages.filters import filter_groups, filter_report, matches, search_with_filters
-from tasks.stages.sweep import SyntheticDataset
-from support.paths import ROOT
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.dataset import load_dataset
+from retbench.tasks.stages.filtered_ann import filtered_fidelity
+from retbench.tasks.stages.filters import filter_groups, filter_report, matches, search_with_filters
+from retbench.tasks.stages.sweep import SyntheticDataset
+from retbench.support.paths import ROOT
 
 
 def _write_jsonl(folder, docs, queries, qrels):
@@ -218,8 +218,8 @@ store_dir: {store}
 
 @pytest.fixture(scope="module")
 def filtered_run(tmp_path_factory):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("filters")
     (base / "spec.yaml").write_text(SPEC.format(data=ROOT / "data" / "sample", out=base / "out", store=base / "store"))

@@ -7,16 +7,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
-from tasks.analysis.finetune_verdict import finetune_verdict
-from tasks.analysis.hard_negatives import HeldOutSplitError, hard_negative_pairs
-from tasks.config.spec import SpecError, load_spec
-from tasks.providers import create_provider
-from tasks.stages.dataset import load_dataset
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.providers.finetuned import FinetunedOptions
-from tasks.stages.finetune import (
+from retbench.tasks.analysis.finetune_verdict import finetune_verdict
+from retbench.tasks.analysis.hard_negatives import HeldOutSplitError, hard_negative_pairs
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.dataset import load_dataset
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.providers.finetuned import FinetunedOptions
+from retbench.tasks.stages.finetune import (
     FinetuneInputError, check_training_queries, finetune_key, finetune_provider, write_training_tables,
 )
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.config.spec import load_spec
-from tasks.config.stages import STAGES
-from tasks.datasets.errors import DatasetError
-from tasks.stages.prepare import check_inputs
-from support.paths import ROOT
+from retbench.tasks.config.spec import load_spec
+from retbench.tasks.config.stages import STAGES
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.prepare import check_inputs
+from retbench.support.paths import ROOT
 from tests.pipeline.test_cli_errors import retbench
 
 
@@ -88,7 +88,7 @@ store_dir: {store}
 
 @pytest.mark.slow
 def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict(tmp_path):
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     path = tmp_path / "spec.yaml"
     path.write_text(SAMPLE_SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / "out", store=tmp_path / "store"))
@@ -134,8 +134,8 @@ def test_the_pipeline_trains_on_dev_only_reuses_the_model_and_writes_the_verdict
 
 
 def test_max_triples_is_a_seeded_sample_in_mining_order():
-    from tasks.providers.finetuned import FinetunedOptions
-    from tasks.stages.finetune_step import capped
+    from retbench.tasks.providers.finetuned import FinetunedOptions
+    from retbench.tasks.stages.finetune_step import capped
 
     pairs = pl.DataFrame({"query_id": [f"q{i // 3}" for i in range(30)], "negative_rank": [i % 3 + 1 for i in range(30)]})
     options = FinetunedOptions(base="b", max_triples=7, seed=1)
@@ -147,11 +147,11 @@ def test_max_triples_is_a_seeded_sample_in_mining_order():
 
 
 def test_xquad_dev_split_is_a_stable_hash_shared_by_a_question_and_its_translation():
-    from support.paths import SHARED_DATA
+    from retbench.support.paths import SHARED_DATA
 
     if not (SHARED_DATA / "xquad").is_dir():
         pytest.skip(f"{SHARED_DATA / 'xquad'} not present")
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.dataset import load_dataset
 
     def splits(language):
         queries = load_dataset(SHARED_DATA / "xquad", "xquad", "all", query_language=language, doc_language=language,
@@ -183,8 +183,8 @@ def _verdict_rows(provider="minilm-ft"):
 
 
 def test_report_section_states_the_verdict_and_both_flags(tmp_path):
-    from tasks.reporting.finetune_section import finetune_section
-    from tasks.reporting.html import Section, _p, _table
+    from retbench.tasks.reporting.finetune_section import finetune_section
+    from retbench.tasks.reporting.html import Section, _p, _table
 
     _verdict_rows().write_parquet(tmp_path / "finetune_verdict.parquet")
     assert finetune_section(tmp_path, "ndcg@10", Section, _p, _table) is None  # not a table of this run
@@ -201,7 +201,7 @@ def test_report_section_states_the_verdict_and_both_flags(tmp_path):
 
 def test_mining_drops_dev_triples_that_ask_a_test_question_under_another_id():
     # XQuAD asks some questions twice under two ids, one of which can fall in test.
-    from tasks.stages.finetune import check_training_queries, drop_held_out_texts
+    from retbench.tasks.stages.finetune import check_training_queries, drop_held_out_texts
 
     queries = pl.DataFrame({"query_id": ["d1", "d2", "t1"], "text": ["How often?", "Why?", "how often? "],
                             "split": ["dev", "dev", "test"]})

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: sample-hashing
@@ -21,7 +21,7 @@ store_dir: {store}
 
 @pytest.fixture(scope="module")
 def sample_runs(tmp_path_factory, prefect_harness):
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     base = tmp_path_factory.mktemp("flow")
     spec = base / "spec.yaml"

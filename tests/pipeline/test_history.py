@@ -6,8 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis import history
-from support.paths import ROOT
+from retbench.tasks.analysis import history
+from retbench.support.paths import ROOT
 
 
 def _per_query(values, provider="p", index="flat", nprobe=None, measure="ndcg@10"):
@@ -75,7 +75,7 @@ history: {{fail_on_regression: true, measures: [ndcg@10, mrr]}}
 
 
 def test_a_worse_model_fails_the_flow_after_writing_everything(tmp_path, prefect_harness):
-    from flows.benchmark import RegressionError, benchmark
+    from retbench.flows.benchmark import RegressionError, benchmark
 
     def run(dim, low, high):
         spec = tmp_path / f"spec-{dim}.yaml"
@@ -100,7 +100,7 @@ def test_a_worse_model_fails_the_flow_after_writing_everything(tmp_path, prefect
 def test_a_worse_model_on_changed_data_starts_a_new_series_and_passes(tmp_path, prefect_harness):
     import shutil
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     changed = tmp_path / "changed"
     shutil.copytree(ROOT / "data" / "sample", changed)
@@ -140,7 +140,7 @@ def _record_runs_without_git(store, commits):
 
 
 def test_history_command_outside_a_git_repository_and_an_unrecorded_measure(tmp_path, capsys):
-    from flows.cli import main
+    from retbench.flows.cli import main
 
     _record_runs_without_git(tmp_path / "store", [None, None, "0123456789abcdef"])
     spec = tmp_path / "spec.yaml"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tasks.datasets.errors import DatasetError
-from tasks.stages.dataset import load_dataset
-from tasks.config.spec import SpecError, load_spec
-from tasks.analysis.trec import read_qrels, read_run
-from support import crash_worker
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.dataset import load_dataset
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.analysis.trec import read_qrels, read_run
+from retbench.support import crash_worker
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -217,13 +217,13 @@ def test_pipeline_with_hostile_ids_writes_only_under_store_and_output(tmp_path):
     # The worker's IVF needs >= 39 vectors per list: keep flat only by giving it a tiny corpus spec.
     spec = crash_worker.write_spec(spec_dir, tmp_path / "store", tmp_path / "out", folder)
     spec.write_text(spec.read_text().replace("indexes: {ivf: {nprobe: [1, 4]}}", "indexes: {ivf: {nprobe: [1], nlist: 1}}"))
-    from tasks.config.spec import load_spec as load
+    from retbench.tasks.config.spec import load_spec as load
 
     loaded = load(spec)
-    from tasks.stages import index as index_mod, retrieve as retrieve_mod
-    from tasks.stages.embed import embed_texts
-    from tasks.providers import create_provider
-    from tasks.stages.prepare import chunk_dataset, prepare_dataset
+    from retbench.tasks.stages import index as index_mod, retrieve as retrieve_mod
+    from retbench.tasks.stages.embed import embed_texts
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.stages.prepare import chunk_dataset, prepare_dataset
 
     dataset = prepare_dataset(loaded)
     chunks = chunk_dataset(dataset, loaded)

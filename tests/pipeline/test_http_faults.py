@@ -10,13 +10,13 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from tasks.stages.embed_dim import DimensionChanged
-from tasks.stages.embed import cached_keys, embed_texts, load_vectors, shard_paths
-from tasks.providers import create_provider
-from tasks.providers.http_base import (
+from retbench.tasks.stages.embed_dim import DimensionChanged
+from retbench.tasks.stages.embed import cached_keys, embed_texts, load_vectors, shard_paths
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.http_base import (
     HttpAuthError, HttpRequestError, HttpResponseError, HttpUnavailableError, parse_retry_after,
 )
-from support.faulty_server import FaultyServer, vector_for
+from retbench.support.faulty_server import FaultyServer, vector_for
 
 IDS = [f"d{i}" for i in range(10)]
 TEXTS = [f"text {i}" for i in range(10)]  # batch_size 2: "text 6" is in the 4th of 5 batches

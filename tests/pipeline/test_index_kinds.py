@@ -8,9 +8,9 @@ import json
 import polars as pl
 import pytest
 
-from tasks.config.spec import SpecError, load_spec
-from tasks.indexes import IndexKind, Parameter, index_kind, register
-from support.paths import ROOT
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.indexes import IndexKind, Parameter, index_kind, register
+from retbench.support.paths import ROOT
 
 
 class FourBitScalar(IndexKind):
@@ -36,7 +36,7 @@ def sq4():
     kind = register(FourBitScalar())
     yield kind
     # A test's kind leaves with it (the registry offers no removal: plug-ins stay for the process).
-    from tasks.indexes import _REGISTRY
+    from retbench.tasks.indexes import _REGISTRY
 
     _REGISTRY._kinds.pop(kind.name)
 
@@ -65,7 +65,7 @@ def write_spec(tmp_path, indexes="sq4: {train_size: 500}", sweep="sq4: {train_si
 
 
 def test_a_kind_registered_in_a_test_runs_through_the_pipeline_and_the_report(tmp_path, sq4):
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.pipeline import run_pipeline
 
     # a built-in kind the spec could not name before, with its query parameter, beside the test's own
     run_pipeline(load_spec(write_spec(tmp_path, indexes="sq4: {train_size: 500}, hnsw: {M: 8, ef_search: [16]}")))
@@ -117,6 +117,6 @@ def test_the_kinds_and_a_spec_naming_them_load_no_faiss(tmp_path):
     from tests.unit.test_architecture import loaded_by
 
     path = write_spec(tmp_path, indexes="hnsw: {M: 8, ef_search: [16]}, sq: {qtype: fp16}", sweep="")
-    loaded = loaded_by(f"from tasks.config.spec import load_spec\nfrom tasks.indexes import known_kinds\n"
+    loaded = loaded_by(f"from retbench.tasks.config.spec import load_spec\nfrom retbench.tasks.indexes import known_kinds\n"
                        f"load_spec({str(path)!r})\nprint(known_kinds())")
-    assert "tasks.indexes.hnsw" in loaded and "faiss" not in loaded
+    assert "retbench.tasks.indexes.hnsw" in loaded and "faiss" not in loaded

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
-from support.paths import ROOT, SHARED_DATA
+from retbench.flows.cli import main
+from retbench.support.paths import ROOT, SHARED_DATA
 
 FLAT_ONLY = "indexes: {ivf: null}\n"
 
@@ -41,13 +41,13 @@ def beir_collection(folder: Path) -> Path:
 def retbench(*args, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(cwd / "prefect-home")}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "retbench.flows.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
 # What `check` leaves loaded: run in a fresh interpreter, the way the command runs.
 PROBE = """import json, sys
-from flows.cli import main
+from retbench.flows.cli import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "loaded": sorted(m for m in ("prefect", "torch", "sentence_transformers", "transformers")
                                                  if m in sys.modules)}))
@@ -107,8 +107,8 @@ def test_run_refuses_a_bad_grade_before_prefect_starts(tmp_path):
 
 
 def test_check_counts_agree_with_what_a_run_embeds_and_builds(tmp_path, capsys):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     tiny_collection(tmp_path / "data")
     spec = write_spec(tmp_path, "[{name: h, kind: hashing}]", "indexes: {ivf: {nlist: 2, nprobe: [1]}}\n")

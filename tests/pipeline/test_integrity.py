@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support import crash_worker
-from support.crash_worker import TABLES, cache_rows
-from support.crash_runs import provider_folders
+from retbench.support import crash_worker
+from retbench.support.crash_worker import TABLES, cache_rows
+from retbench.support.crash_runs import provider_folders
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_missing_sidecar_of_an_intact_shard_is_recorded_not_quarantined(tmp_path
 
 def test_every_store_file_has_a_checksum(pristine):
     base, _ = pristine
-    from tasks.store.integrity import checksum_ok
+    from retbench.tasks.store.integrity import checksum_ok
 
     files = [p for p in (base / "store").rglob("*") if p.is_file() and p.suffix in (".parquet", ".faiss", ".json")
              and p.name != "fingerprint.json"]

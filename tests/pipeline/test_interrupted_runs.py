@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tasks.store import shards
+from retbench.tasks.store import shards
 from tests.pipeline.test_cli_errors import retbench
 from tests.pipeline.test_killed_run import alive, children, cmdline
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 # The sample's interventions with fast hashing models: a chunking variant, a query variant, another
 # model, a cheaper (truncated) variant, BM25, a hybrid and a reranker; the data carries filters.
@@ -40,8 +40,8 @@ store_dir: {store}
 
 @pytest.fixture(scope="module")
 def ladder_run(tmp_path_factory):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("ladder")
     spec_path = base / "spec.yaml"

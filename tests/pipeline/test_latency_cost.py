@@ -7,11 +7,11 @@ import faiss
 import numpy as np
 import pytest
 
-from tasks.analysis.cost import PricingSpec, cost_row, cost_table, storage_table, weakest_source
-from tasks.stages.embed import embed_texts
-from tasks.stages.latency import LATENCY_COLUMNS, QUERY_CALLS, LatencySpec, profile_latency, profile_query_latency
-from tasks.providers import create_provider
-from support.faulty_server import FaultyServer
+from retbench.tasks.analysis.cost import PricingSpec, cost_row, cost_table, storage_table, weakest_source
+from retbench.tasks.stages.embed import embed_texts
+from retbench.tasks.stages.latency import LATENCY_COLUMNS, QUERY_CALLS, LatencySpec, profile_latency, profile_query_latency
+from retbench.tasks.providers import create_provider
+from retbench.support.faulty_server import FaultyServer
 
 TEXTS = [f"document {i} about refunds and invoices" for i in range(40)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.store.build import WorkNeeded, build_once, cached_only, need_work
+from retbench.tasks.store.build import WorkNeeded, build_once, cached_only, need_work
 from tests.pipeline.test_cli_errors import prefect_home, retbench, tiny_collection, write_spec  # noqa: F401  (a fixture)
 
 FLOW = "Beginning flow run"

@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
-from support.counting_proxy import CountingProxy
-from support.moto_s3 import moto_s3
+from retbench.support.paths import ROOT
+from retbench.support.counting_proxy import CountingProxy
+from retbench.support.moto_s3 import moto_s3
 
 BUCKET = "retbench-objects"
 
@@ -43,8 +43,8 @@ def _provider(i: int) -> str:
 
 
 def _run(tmp_path, name, store, providers, stage="score"):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import Selection, run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import Selection, run_pipeline
 
     path = tmp_path / f"{name}.yaml"
     path.write_text(SPEC.format(data=ROOT / "data" / "sample", providers=", ".join(providers),
@@ -53,8 +53,8 @@ def _run(tmp_path, name, store, providers, stage="score"):
 
 
 def _cache_folder(i: int) -> str:
-    from tasks.providers import create_provider
-    from tasks.stages.embed import cache_dir_for
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.stages.embed import cache_dir_for
 
     return cache_dir_for("", create_provider("hashing", {"dim": 64 + 16 * i}, None))[0].as_posix()
 
@@ -149,7 +149,7 @@ def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path, capsys):
 
     # `retbench history` on the bucket, from a scratch folder of its own: both runs, and the
     # only objects it reads are the history summaries.
-    from flows.cli import main
+    from retbench.flows.cli import main
 
     s3.take()
     capsys.readouterr()
@@ -162,13 +162,13 @@ def test_runs_on_s3_give_the_results_of_a_local_store(s3, tmp_path, capsys):
 
 
 def _attached(proxy, tmp_path, prefix):
-    from tasks.store.remote import attach
+    from retbench.tasks.store.remote import attach
 
     return attach(_uri(proxy, prefix), tmp_path / f"scratch-{prefix}")
 
 
 def test_a_damaged_object_is_quarantined_deleted_and_rebuilt(s3, tmp_path):
-    from tasks.store.build import build_once
+    from retbench.tasks.store.build import build_once
 
     def build(tmp):
         calls.append(tmp)
@@ -201,8 +201,8 @@ def test_a_damaged_object_is_quarantined_deleted_and_rebuilt(s3, tmp_path):
 
 
 def test_a_failed_upload_stores_nothing(s3, tmp_path):
-    from tasks.store.files import write_text
-    from tasks.store.remote import attach
+    from retbench.tasks.store.files import write_text
+    from retbench.tasks.store.remote import attach
 
     scratch = attach(_uri(s3, "x").replace(BUCKET, "no-such-bucket"), tmp_path / "scratch").scratch
     with pytest.raises(OSError, match=r"cannot write a/b.txt to the store s3://no-such-bucket/x"):
@@ -211,9 +211,9 @@ def test_a_failed_upload_stores_nothing(s3, tmp_path):
 
 
 def test_an_unknown_bucket_is_refused_before_any_work(s3, tmp_path):
-    from tasks.config.spec import load_spec
-    from tasks.stages.prepare import check_inputs
-    from tasks.store.integrity import StoreError
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.stages.prepare import check_inputs
+    from retbench.tasks.store.integrity import StoreError
 
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.format(data=ROOT / "data" / "sample", providers=_provider(0), out=tmp_path / "out",
@@ -229,7 +229,7 @@ def test_a_worker_without_the_scratch_folder_writes_through_from_the_environment
 
     scratch = tmp_path / "elsewhere" / "scratch"
     env = {**os.environ, "RETBENCH_OBJECT_STORES": json.dumps({str(scratch): _uri(s3, "worker")})}
-    code = ("import sys; from tasks.store.build import build_once; "
+    code = ("import sys; from retbench.tasks.store.build import build_once; "
             "build_once(sys.argv[1], sys.argv[1] + '/runs/r.parquet', lambda tmp: open(tmp, 'w').write('rows') and None)")
     subprocess.run([sys.executable, "-c", code, str(scratch)], cwd=ROOT, env=env, check=True, timeout=120)
     fresh = _attached(s3, tmp_path, "worker")
@@ -237,7 +237,7 @@ def test_a_worker_without_the_scratch_folder_writes_through_from_the_environment
 
 
 def test_keys_in_the_store_uri_are_refused_and_never_shown(tmp_path):
-    from tasks.store.remote import attach, check_reachable, display_uri
+    from retbench.tasks.store.remote import attach, check_reachable, display_uri
 
     uri = "s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/store?endpoint_override=127.0.0.1:1&scheme=http"
     assert display_uri(uri) == "s3://bucket/store"
@@ -252,7 +252,7 @@ def test_keys_in_the_store_uri_are_refused_and_never_shown(tmp_path):
 def test_a_shard_merged_away_elsewhere_leaves_other_scratch_folders(s3, tmp_path):
     import pyarrow as pa
 
-    from tasks.store import shards
+    from retbench.tasks.store import shards
 
     table = pa.table({"key": ["a", "b"]})
     one, two = _attached(s3, tmp_path / "one", "merged"), _attached(s3, tmp_path / "two", "merged")
@@ -277,8 +277,8 @@ def test_a_shard_merged_away_elsewhere_leaves_other_scratch_folders(s3, tmp_path
 
 WORKER = """
 import dataclasses, json, sys
-from tasks.providers import create_provider
-from tasks.stages.embed_shards import EmbedPlan, embed_part
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.embed_shards import EmbedPlan, embed_part
 fields = json.loads(sys.argv[1])
 plan = EmbedPlan(**{**fields, "parts": tuple(fields["parts"])})
 provider = create_provider("hashing", {"dim": 32})
@@ -297,10 +297,10 @@ def test_sharded_embedding_with_a_worker_on_another_scratch_folder(s3, tmp_path)
     import numpy as np
     import pyarrow.parquet as pq
 
-    from tasks.providers import create_provider
-    from tasks.stages.embed import embed_texts, read_vectors
-    from tasks.stages.embed_shards import PartResult, finish_embedding, plan_embedding
-    from tasks.store.remote import ENVIRONMENT
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.stages.embed import embed_texts, read_vectors
+    from retbench.tasks.stages.embed_shards import PartResult, finish_embedding, plan_embedding
+    from retbench.tasks.store.remote import ENVIRONMENT
     from tests.pipeline.test_sharded_embed import IDS, TEXTS
 
     provider = create_provider("hashing", {"dim": 32})

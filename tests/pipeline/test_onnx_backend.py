@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from tasks.config.spec import SpecError, load_spec
-from tasks.providers import create_provider
-from tasks.providers.onnx_backend import EXPORT_RECIPE
-from tasks.stages.vectors import l2_normalized
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.onnx_backend import EXPORT_RECIPE
+from retbench.tasks.stages.vectors import l2_normalized
 
 TEXTS = ["How do I rotate an API key?", "refund", "Webhook retries use exponential backoff with jitter, up to 10 times."]
 

@@ -12,7 +12,7 @@ OUTPUTS = ("summary.parquet", "per_query.parquet", "breakdown.parquet", "compari
 
 
 def test_a_cached_rerun_copies_the_score_tables_and_a_change_recomputes_them(tmp_path, monkeypatch):
-    from tasks import stage_calls
+    from retbench.tasks import stage_calls
 
     run(write_spec(tmp_path, "memo", out="first"))
     computed = {name: (tmp_path / "first" / name).read_bytes() for name in OUTPUTS}
@@ -31,7 +31,7 @@ def test_a_cached_rerun_copies_the_score_tables_and_a_change_recomputes_them(tmp
 
 
 def test_a_damaged_kept_table_is_quarantined_and_computed_again(tmp_path, monkeypatch):
-    from tasks import stage_calls
+    from retbench.tasks import stage_calls
 
     run(write_spec(tmp_path, "memo", out="first"))
     (kept,) = [p for p in (tmp_path / "store" / "scores").glob("*/summary.parquet")]
@@ -46,7 +46,7 @@ def test_a_damaged_kept_table_is_quarantined_and_computed_again(tmp_path, monkey
 
 
 def test_code_version_changes_with_any_module_of_the_package(tmp_path, monkeypatch):
-    from tasks.store import output_memo
+    from retbench.tasks.store import output_memo
 
     package = tmp_path / "tasks"
     (package / "analysis").mkdir(parents=True)

@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import embed_texts, load_vectors
-from tasks.providers import create_provider, known_kinds
-from support.paths import ROOT
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import embed_texts, load_vectors
+from retbench.tasks.providers import create_provider, known_kinds
+from retbench.support.paths import ROOT
 
 DOCS = {
     "keys": "Rotate an API key: create a new key, deploy it, then revoke the old key from the dashboard.",

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from support.paths import ROOT
-from support.moto_s3 import moto_s3
+from retbench.support.paths import ROOT
+from retbench.support.moto_s3 import moto_s3
 
 SPEC = """
 name: s3
@@ -27,7 +27,7 @@ def s3_endpoint(tmp_path_factory):
 def test_store_on_s3_is_shared_between_scratch_folders(s3_endpoint, tmp_path, prefect_harness):
     import pyarrow.fs as pafs
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     uri = f"s3://retbench-test/store?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
     manifests = []

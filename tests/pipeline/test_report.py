@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.reporting.html import md_escape
-from support.paths import ROOT
+from retbench.tasks.reporting.html import md_escape
+from retbench.support.paths import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -81,7 +81,7 @@ def hostile_sample(target: Path, beacon: str) -> None:
 
 @pytest.fixture(scope="module")
 def hostile_report(tmp_path_factory, prefect_harness):
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     recorder = Recorder()
     base = tmp_path_factory.mktemp("report")

@@ -14,11 +14,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.reporting.html import build_report
-from tasks.reporting.publish import Published, verdict_markdown
-from tasks.reporting.verdict import decide, verdict_sentences
-from support.paths import ROOT
-from support.headless import CHROMIUM, Chromium
+from retbench.tasks.reporting.html import build_report
+from retbench.tasks.reporting.publish import Published, verdict_markdown
+from retbench.tasks.reporting.verdict import decide, verdict_sentences
+from retbench.support.paths import ROOT
+from retbench.support.headless import CHROMIUM, Chromium
 
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)")
 VIEWPORT = 1280
@@ -53,7 +53,7 @@ def read(browser, html_path: Path, name: str, tmp_path: Path) -> dict:
 
 
 def run_flow(base: Path, name: str, data: Path, providers: str, extra: str = "", store: Path | None = None) -> Path:
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     spec = base / f"{name}.yaml"
     spec.write_text(f"""

@@ -9,13 +9,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.rerank_cost import rerank_cost_row
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.config.measurement import RerankPricing
-from tasks.providers.http_base import HttpResponseError
-from tasks.rerankers import create_reranker, known_kinds
-from tasks.stages.rerank import rerank_run, shard_paths
-from support.faulty_server import FaultyServer, rerank_score
+from retbench.tasks.analysis.rerank_cost import rerank_cost_row
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.config.measurement import RerankPricing
+from retbench.tasks.providers.http_base import HttpResponseError
+from retbench.tasks.rerankers import create_reranker, known_kinds
+from retbench.tasks.stages.rerank import rerank_run, shard_paths
+from retbench.support.faulty_server import FaultyServer, rerank_score
 
 QUERIES = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["wing flutter", "heat transfer", "shock waves"]})
 CHUNKS = pl.DataFrame({"chunk_id": [f"d{i}#0" for i in range(6)], "text": [f"document number {i}" for i in range(6)]})
@@ -159,7 +159,7 @@ def test_missing_key_and_missing_texts_are_named(server, tmp_path, monkeypatch):
 
 
 def test_cost_per_search_unit_and_per_token():
-    from tasks.stages.rerank import RerankResult
+    from retbench.tasks.stages.rerank import RerankResult
 
     result = RerankResult(path="x", key="k", computed=True, seconds=0.0, system="s", reranker="co", top_n=100, queries=200,
                           pairs=20_000, scored=20_000, from_cache=0, latency={}, tokens=3_000_000, token_source="usage",
@@ -173,7 +173,7 @@ def test_cost_per_search_unit_and_per_token():
 
 
 def test_embedding_rescore_with_the_hashing_provider(tmp_path):
-    from tasks.providers import create_provider
+    from retbench.tasks.providers import create_provider
 
     reranker = create_reranker("embedding-rescore", {"provider": "hashing", "provider_options": {"dim": 64}})
     result = rerank_run(first_stage(), reranker, "hash", QUERIES, CHUNKS, tmp_path, system="s", top_n=5)
@@ -227,7 +227,7 @@ def test_requests_run_at_most_concurrency_at_once(server, tmp_path):
 
 
 def test_a_rejected_key_is_never_repeated_in_the_error(tmp_path, monkeypatch):
-    from tasks.providers.http_base import HttpAuthError
+    from retbench.tasks.providers.http_base import HttpAuthError
 
     monkeypatch.setenv("RERANK_TEST_KEY", "wrong-key-5678")
     with FaultyServer(api_key="right-key") as server:  # its 401 body echoes the Authorization header

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: rerun
@@ -20,7 +20,7 @@ store_dir: {store}
 
 
 def _run(base, dim, **params):
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     spec = base / f"spec-{dim}.yaml"
     spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=dim, out=base / "out", store=base / "store"))
@@ -80,7 +80,7 @@ def test_forced_single_stage_runs_only_that_stage_for_that_provider(history):
 def test_editing_one_paragraph_reembeds_only_that_chunk(tmp_path, prefect_harness):
     import shutil
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     data = tmp_path / "data"
     shutil.copytree(ROOT / "data" / "sample", data)
@@ -113,7 +113,7 @@ store_dir: {tmp_path / 'store'}
 def test_a_moved_store_is_still_a_cache(history, tmp_path):
     import shutil
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     first, _, _ = history
     old_store = Path(first["spec"]["store_dir"])

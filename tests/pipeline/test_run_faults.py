@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from support.faulty_server import FaultyServer
-from support.paths import ROOT
+from retbench.support.faulty_server import FaultyServer
+from retbench.support.paths import ROOT
 from tests.pipeline.test_cli_errors import tiny_collection, write_spec
 from tests.pipeline.test_environment_faults import tmpfs  # noqa: F401  (a fixture)
 
@@ -28,7 +28,7 @@ def retbench(*args, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     for name in ("PREFECT_API_URL", "RETBENCH_API_PORT"):
         if name not in env:
             environment.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=cwd, env=environment,
+    return subprocess.run([sys.executable, "-m", "retbench.flows.cli", *map(str, args)], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import embed_texts
-from tasks.providers import create_provider
-from tasks.providers.http_base import HttpAuthError, HttpRequestError
-from tasks.providers.secrets import SecretLookupError, redact, resolve_secret
-from support.faulty_server import FaultyServer
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import embed_texts
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.http_base import HttpAuthError, HttpRequestError
+from retbench.tasks.providers.secrets import SecretLookupError, redact, resolve_secret
+from retbench.support.faulty_server import FaultyServer
 
 KEY = "sk-test-FAKE-0123456789abcdef"
 ENV = "RETBENCH_TEST_API_KEY"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import ROOT
-from support.faulty_server import FaultyServer
+from retbench.support.paths import ROOT
+from retbench.support.faulty_server import FaultyServer
 
 KINDS = {
     "openai-compatible": ("/v1", {"model": "fake"}),
@@ -35,7 +35,7 @@ def test_no_key_anywhere_after_a_full_flow_run(tmp_path, monkeypatch, caplog, ca
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_HOME
 
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     keys = {kind: f"sk-FAKE-{kind.replace('-', '')}-{i}-0123456789abcdef" for i, kind in enumerate(KINDS)}
     caplog.set_level(logging.DEBUG)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.providers import create_provider
-from tasks.stages.embed import embed_texts, read_vectors, shard_paths
-from tasks.stages.embed_shards import embed_part, finish_embedding, plan_embedding, shard_of
-from tasks.store.shards import journal_batches, journal_path, pending_paths
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.embed import embed_texts, read_vectors, shard_paths
+from retbench.tasks.stages.embed_shards import embed_part, finish_embedding, plan_embedding, shard_of
+from retbench.tasks.store.shards import journal_batches, journal_path, pending_paths
 
 TEXTS = [f"document {i} about {'webhooks' if i % 3 else 'billing'} and item {i * 7 % 11}" for i in range(200)]
 TEXTS[50] = TEXTS[10]  # a repeated text is embedded once, in one part
@@ -120,7 +120,7 @@ def test_a_retried_part_skips_the_batches_written_before_it_failed(tmp_path):
 
 
 def test_one_process_keeps_an_http_providers_requests_within_its_concurrency(tmp_path):
-    from support.latency_server import latency_server, stats, vector_for
+    from retbench.support.latency_server import latency_server, stats, vector_for
 
     with latency_server(latency=0.05, dim=24) as url:
         provider = create_provider("openai-compatible", {"base_url": url, "model": "m", "encoding_format": "base64",

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: shardindex
@@ -34,7 +34,7 @@ def _unfiltered(base: Path) -> Path:
 
 
 def _run(base: Path, name: str, shards: str) -> Path:
-    from flows.benchmark import benchmark
+    from retbench.flows.benchmark import benchmark
 
     spec = base / f"{name}.yaml"
     spec.write_text(SPEC.format(data=_unfiltered(base), shards=shards, out=base / name, store=base / "store"))
@@ -49,7 +49,7 @@ def _centroids(path: Path) -> np.ndarray:
 
 
 def test_a_two_shard_run_writes_no_full_index_and_the_one_process_tables(tmp_path, prefect_harness):
-    from tasks.stages.sharded_search import close_local_clusters
+    from retbench.tasks.stages.sharded_search import close_local_clusters
 
     try:
         sharded = _run(tmp_path, "sharded", ", shards: 2")

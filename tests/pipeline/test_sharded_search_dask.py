@@ -8,11 +8,11 @@ import polars as pl
 import pyarrow.parquet as pq
 from polars.testing import assert_frame_equal
 
-from tasks.stages.embed import store_vectors
-from tasks.stages.index import IndexSettings, build_index, resolve_ivf
-from tasks.stages.retrieve import retrieve
-from tasks.stages.sharded_index import build_sharded_index
-from tasks.stages.sharded_search import close_local_clusters
+from retbench.tasks.stages.embed import store_vectors
+from retbench.tasks.stages.index import IndexSettings, build_index, resolve_ivf
+from retbench.tasks.stages.retrieve import retrieve
+from retbench.tasks.stages.sharded_index import build_sharded_index
+from retbench.tasks.stages.sharded_search import close_local_clusters
 
 
 def test_two_worker_sharded_search_writes_the_one_process_runs(tmp_path):

@@ -10,13 +10,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 # The side stage's configuration: the one file a new stage adds under tasks/config/sections/.
 TOY_SECTION = '''"""`toy:` turns on the toy side stage of tests/test_stage_units.py."""
 from pydantic import BaseModel, ConfigDict
 
-from tasks.config.sections import SpecSection
+from retbench.tasks.config.sections import SpecSection
 
 
 class ToySpec(BaseModel):
@@ -43,7 +43,7 @@ store_dir: {store}
 
 def toy_stage(doc_set, runs: list, spec) -> str:
     """One row per provider: how many vectors it embedded and how many runs it retrieved."""
-    from tasks.store.files import write_parquet
+    from retbench.tasks.store.files import write_parquet
 
     table = pl.DataFrame({"label": [spec.toy.label], "provider": [doc_set.provider], "vectors": [doc_set.count],
                           "runs": [len(runs)]})
@@ -58,15 +58,15 @@ def submit_toy(produced) -> list:
 
 
 def write_toy(produced) -> dict[str, str]:
-    from tasks.reporting import tables as report
+    from retbench.tasks.reporting import tables as report
 
     table = pl.concat([pl.read_parquet(path) for path in produced.results_of("toy")])
     return report.write_tables(Path(produced.spec.output_dir), {"toy": table})
 
 
 def toy_section(inputs):
-    from tasks.reporting.html import Section
-    from tasks.reporting.verdict import read_table
+    from retbench.tasks.reporting.html import Section
+    from retbench.tasks.reporting.verdict import read_table
 
     table = read_table(inputs.output_dir, "toy")
     if table is None:
@@ -78,7 +78,7 @@ def toy_section(inputs):
 
 
 def toy_unit():
-    from tasks.stage_units import SideStage
+    from retbench.tasks.stage_units import SideStage
 
     return SideStage("toy", "retrieve", submit_toy, write_toy, tables=("toy",), section="toy",
                      report=("ann", toy_section))
@@ -91,25 +91,25 @@ def toy_unit():
 def with_toy(tmp_path, monkeypatch):
     """The toy's section file in a folder added to tasks/config/sections/, the spec model rebuilt
     from the sections found, and the toy appended to the registered side stages."""
-    import tasks.config.sections as sections
-    from tasks import pipeline
-    from tasks.config import spec as spec_module
-    from tasks.stage_list import SIDE_STAGES
+    import retbench.tasks.config.sections as sections
+    from retbench.tasks import pipeline
+    from retbench.tasks.config import spec as spec_module
+    from retbench.tasks.stage_list import SIDE_STAGES
 
     folder = tmp_path / "sections"
     folder.mkdir()
     (folder / "toy.py").write_text(TOY_SECTION, encoding="utf-8")
     monkeypatch.setattr(sections, "__path__", [*sections.__path__, str(folder)])
-    monkeypatch.delitem(sys.modules, "tasks.config.sections.toy", raising=False)
+    monkeypatch.delitem(sys.modules, "retbench.tasks.config.sections.toy", raising=False)
     monkeypatch.setattr(spec_module, "BenchmarkSpec", spec_module.spec_model())
     monkeypatch.setattr(pipeline, "SIDE_STAGES", [*SIDE_STAGES, toy_unit()])
     yield
-    sys.modules.pop("tasks.config.sections.toy", None)
+    sys.modules.pop("retbench.tasks.config.sections.toy", None)
 
 
 def run_sample(base: Path, extra: str = ""):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     spec_path = base / "spec.yaml"
     spec_path.write_text(SPEC.format(data=ROOT / "data" / "sample", out=base / "out", store=base / "store") + extra,
@@ -139,7 +139,7 @@ def test_a_spec_without_the_section_does_not_run_it(tmp_path, with_toy, monkeypa
 
 
 def test_an_unknown_key_is_refused_without_the_section_file(tmp_path):
-    from tasks.config.spec import SpecError, load_spec
+    from retbench.tasks.config.spec import SpecError, load_spec
 
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / "out", store=tmp_path / "store")
@@ -149,10 +149,10 @@ def test_an_unknown_key_is_refused_without_the_section_file(tmp_path):
 
 
 def test_the_declared_lists_agree_with_the_spec_the_stages_and_the_report():
-    from tasks.config.spec import BenchmarkSpec
-    from tasks.config.stages import STAGES
-    from tasks.reporting.html import SECTIONS
-    from tasks.stage_list import MAIN_STAGES, SIDE_STAGES
+    from retbench.tasks.config.spec import BenchmarkSpec
+    from retbench.tasks.config.stages import STAGES
+    from retbench.tasks.reporting.html import SECTIONS
+    from retbench.tasks.stage_list import MAIN_STAGES, SIDE_STAGES
 
     assert [s.name for s in MAIN_STAGES if s.name != "report"] == list(STAGES)
     sections = {name for name, _ in SECTIONS}
@@ -165,7 +165,7 @@ def test_the_declared_lists_agree_with_the_spec_the_stages_and_the_report():
 
 
 def test_report_sections_are_placed_after_the_named_section():
-    from tasks.reporting.html import SECTIONS, section_builders
+    from retbench.tasks.reporting.html import SECTIONS, section_builders
 
     first, second = (lambda inputs: "first"), (lambda inputs: "second")
     builders = section_builders([("verdict", first), ("trend", second), ("verdict", second)])
@@ -178,7 +178,7 @@ def test_report_sections_are_placed_after_the_named_section():
 
 
 def test_a_side_stage_writes_only_the_tables_it_declares():
-    from tasks.stage_units import SideStage
+    from retbench.tasks.stage_units import SideStage
 
     unit = SideStage("x", "score", tables=("x",))
     assert unit.written({"x": "x.parquet"}) == {"x": "x.parquet"}
@@ -187,7 +187,7 @@ def test_a_side_stage_writes_only_the_tables_it_declares():
 
 
 def test_a_side_stage_must_follow_a_main_stage_it_can_follow():
-    from tasks.stage_units import SideStage
+    from retbench.tasks.stage_units import SideStage
 
     with pytest.raises(ValueError, match=r"side stage 'x': after='chunk' \(expected one of embed, retrieve, score\)"):
         SideStage("x", "chunk")

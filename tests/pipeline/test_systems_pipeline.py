@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SPEC = """
 name: systems
@@ -32,8 +32,8 @@ statistics: {{resamples: 50, permutations: 50}}
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from tasks.config.spec import load_spec
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("systems")
     path = base / "spec.yaml"
@@ -84,7 +84,7 @@ def test_a_cached_rerun_embeds_and_reranks_nothing(runs):
 
 
 def test_an_unknown_first_stage_is_refused_at_load_with_its_key_path(tmp_path):
-    from tasks.config.spec import SpecError, load_spec
+    from retbench.tasks.config.spec import SpecError, load_spec
 
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / "out", store=tmp_path / "store")

@@ -5,12 +5,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from tasks.config.spec import BenchmarkSpec
-from tasks.providers import create_provider
-from tasks.reporting.manifest import redacted_spec
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import embed_texts
-from support.faulty_server import FaultyServer, vector_for
+from retbench.tasks.config.spec import BenchmarkSpec
+from retbench.tasks.providers import create_provider
+from retbench.tasks.reporting.manifest import redacted_spec
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import embed_texts
+from retbench.support.faulty_server import FaultyServer, vector_for
 
 URL_KEY = "url-key-0123456789"
 ENV_KEY = "env-key-9876543210"

@@ -4,12 +4,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.breakdown import comparison_pairs
-from tasks.config.spec import SpecError, load_spec
-from tasks.config.variants import QueryVariantSpec
-from tasks.stages.buried import buried_table
-from tasks.stages.variants import preprocess, rewriter
-from support.paths import ROOT
+from retbench.tasks.analysis.breakdown import comparison_pairs
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.config.variants import QueryVariantSpec
+from retbench.tasks.stages.buried import buried_table
+from retbench.tasks.stages.variants import preprocess, rewriter
+from retbench.support.paths import ROOT
 
 MINIMAL = """
 name: t
@@ -169,7 +169,7 @@ store_dir: {store}
 
 @pytest.fixture(scope="module")
 def variant_run(tmp_path_factory):
-    from tasks.pipeline import run_pipeline
+    from retbench.tasks.pipeline import run_pipeline
 
     base = tmp_path_factory.mktemp("variants")
     (base / "spec.yaml").write_text(SPEC.format(data=ROOT / "data" / "sample", out=base / "out", store=base / "store",

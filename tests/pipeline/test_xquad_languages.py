@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import ROOT, SHARED_DATA
+from retbench.support.paths import ROOT, SHARED_DATA
 
 XQUAD = SHARED_DATA / "xquad"
 

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
 # Ten 200 MB blocks, each written whole and freed, in a worker thread (where Prefect runs a task).
 PROBE = """
 import ctypes, json, os, resource, sys, threading
-from tasks.allocator import keep_freed_memory
+from retbench.tasks.allocator import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "kept" else False
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]

@@ -11,33 +11,36 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 HEAVY = ("faiss", "torch", "prefect", "sentence_transformers", "matplotlib")
 
 
 # The layers, bottom-up (the order of issue 21): a module may import its own layer or a lower one,
 # never a higher one. Declared once, here; a module in no layer fails, so a new package must be placed.
-# A name holds the module and everything under it; "=tasks" is the module tasks (its __init__) alone.
+# A name holds the module and everything under it; "=retbench.tasks" is that module (its __init__) alone.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("L0 foundation", ("=tasks", "tasks.store", "tasks.registry", "tasks.language", "tasks.allocator", "tasks.progress")),
-    ("L1 plug-ins", ("tasks.providers", "tasks.rerankers", "tasks.datasets", "tasks.indexes")),
-    ("L2 spec models", ("tasks.config",)),
-    ("L3 analysis", ("tasks.analysis",)),
-    ("L4 stages", ("tasks.stages",)),
-    ("L5 reporting", ("tasks.reporting",)),
-    ("L6 wiring", ("tasks.stage_calls", "tasks.pipeline", "tasks.stage_units", "tasks.stage_list", "tasks.side_stages")),
-    ("L7 entry points", ("flows",)),
+    ("L0 foundation", ("=retbench.tasks", "retbench.tasks.store", "retbench.tasks.registry", "retbench.tasks.language", "retbench.tasks.allocator", "retbench.tasks.progress")),
+    ("L1 plug-ins", ("retbench.tasks.providers", "retbench.tasks.rerankers", "retbench.tasks.datasets", "retbench.tasks.indexes")),
+    ("L2 spec models", ("retbench.tasks.config",)),
+    ("L3 analysis", ("retbench.tasks.analysis",)),
+    ("L4 stages", ("retbench.tasks.stages",)),
+    ("L5 reporting", ("retbench.tasks.reporting",)),
+    ("L6 wiring", ("retbench.tasks.stage_calls", "retbench.tasks.pipeline", "retbench.tasks.stage_units", "retbench.tasks.stage_list", "retbench.tasks.side_stages")),
+    ("L7 entry points", ("retbench.flows",)),
+    ("L8 public API", ("=retbench", "retbench.api", "retbench.results")),
 )
-PACKAGES = ("tasks", "flows")  # what the layers cover (tests and benchmarks may import anything)
+# What the layers cover (tests and benchmarks may import anything); folder -> its installed name
+# (setup.py: the folders are installed as subpackages of retbench).
+PACKAGES = {"tasks": "retbench.tasks", "flows": "retbench.flows", "retbench": "retbench"}
 
 
-def module_files(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+def module_files(root: Path, packages: dict[str, str] = PACKAGES) -> dict[str, Path]:
     """Dotted module name -> file, for every .py file under the packages (a package is its __init__)."""
     found = {}
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
+    for folder, installed in packages.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = (*installed.split("."), *path.relative_to(root / folder).with_suffix("").parts)
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -76,7 +79,7 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> dict[str, i
     return found
 
 
-def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, dict[str, int]]:
+def import_graph(root: Path, packages: dict[str, str] = PACKAGES) -> dict[str, dict[str, int]]:
     """module -> {imported module: line}, over every module of the packages."""
     modules = module_files(root, packages)
     return {module: imports_of(module, path, modules) for module, path in modules.items()}
@@ -177,12 +180,12 @@ def test_the_graph_sees_a_cycle_closed_by_an_import_inside_a_function(tmp_path):
     (package / "b.py").write_text("from pkg.c import helper\n")
     (package / "c.py").write_text("import os\n\n\ndef helper():\n    from . import a\n    return a, os\n")
     (package / "d.py").write_text("from pkg import a, b\n")
-    graph = import_graph(tmp_path, ("pkg",))
+    graph = import_graph(tmp_path, {"pkg": "pkg"})
     assert graph["pkg.c"] == {"pkg.a": 5} and graph["pkg.d"] == {"pkg.a": 1, "pkg.b": 1}
     assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
 
     (package / "c.py").write_text("def helper():\n    return None\n")
-    assert import_cycles(import_graph(tmp_path, ("pkg",))) == []
+    assert import_cycles(import_graph(tmp_path, {"pkg": "pkg"})) == []
 
 
 def test_each_cycle_is_named_once():
@@ -191,8 +194,8 @@ def test_each_cycle_is_named_once():
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("tasks.analysis", ("tasks.providers", "tasks.rerankers")),  # functions on tables build no model
-    ("tasks.indexes", ("tasks.providers", "tasks.rerankers")),  # index kinds: the store, the registry, FAISS
+    ("retbench.tasks.analysis", ("retbench.tasks.providers", "retbench.tasks.rerankers")),  # functions on tables build no model
+    ("retbench.tasks.indexes", ("retbench.tasks.providers", "retbench.tasks.rerankers")),  # index kinds: the store, the registry, FAISS
 ])
 def test_narrower_rules_than_the_layers(package, forbidden):
     graph = import_graph(ROOT)
@@ -209,7 +212,7 @@ def test_metrics_import_nothing_from_the_rest_of_retbench_but_the_measure_names(
     """metrics.py stands alone (its kernels could be lifted out); the names it scores are declared
     with the spec (tasks/config/measures.py), which itself imports nothing."""
     graph = import_graph(ROOT)
-    assert set(graph["tasks.analysis.metrics"]) <= {"tasks.config.measures"} and graph["tasks.config.measures"] == {}
+    assert set(graph["retbench.tasks.analysis.metrics"]) <= {"retbench.tasks.config.measures"} and graph["retbench.tasks.config.measures"] == {}
 
 
 def loaded_by(code: str) -> list[str]:
@@ -221,15 +224,15 @@ def loaded_by(code: str) -> list[str]:
 @pytest.mark.parametrize("argv", [["--help"], ["eval", "--help"], ["run", "--help"], ["check", "--help"],
                                   ["init", "--help"]])
 def test_the_command_line_help_loads_no_engine(argv):
-    code = f"from flows.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
+    code = f"from retbench.flows.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
     loaded = loaded_by(code)
     assert not [m for m in HEAVY if m in loaded]
     assert "numpy" not in loaded and "polars" not in loaded  # nothing but argparse is needed to print help
 
 
 def test_loading_a_spec_loads_no_stage_and_no_engine():
-    loaded = loaded_by(f"from tasks.config.spec import load_spec\nload_spec({str(ROOT / 'specs' / 'sample.yaml')!r})")
-    assert not [m for m in loaded if m.startswith(("tasks.stages", "tasks.pipeline", "tasks.reporting"))]
+    loaded = loaded_by(f"from retbench.tasks.config.spec import load_spec\nload_spec({str(ROOT / 'specs' / 'sample.yaml')!r})")
+    assert not [m for m in loaded if m.startswith(("retbench.tasks.stages", "retbench.tasks.pipeline", "retbench.tasks.reporting"))]
     assert not [m for m in HEAVY if m in loaded]
 
 
@@ -250,13 +253,13 @@ def test_one_routine_puts_artifacts_in_the_store():
 
 
 def test_every_stage_record_is_a_stage_result():
-    from tasks.pipeline import PipelineResult  # noqa: F401  (the pipeline module imports cleanly)
-    from tasks.stages.embed import EmbeddingSet
-    from tasks.stages.index import BuiltIndex
-    from tasks.stages.prepare import ChunksRef, DatasetRef
-    from tasks.stages.retrieve import RunResult
-    from tasks.stages.sweep import SweepResult
-    from tasks.store.build import StageResult
+    from retbench.tasks.pipeline import PipelineResult  # noqa: F401  (the pipeline module imports cleanly)
+    from retbench.tasks.stages.embed import EmbeddingSet
+    from retbench.tasks.stages.index import BuiltIndex
+    from retbench.tasks.stages.prepare import ChunksRef, DatasetRef
+    from retbench.tasks.stages.retrieve import RunResult
+    from retbench.tasks.stages.sweep import SweepResult
+    from retbench.tasks.store.build import StageResult
 
     for record in (DatasetRef, ChunksRef, EmbeddingSet, BuiltIndex, RunResult, SweepResult):
         assert issubclass(record, StageResult), record
@@ -264,7 +267,7 @@ def test_every_stage_record_is_a_stage_result():
 
 def test_the_crash_worker_runs_the_shipped_pipeline():
     source = (ROOT / "support" / "crash_worker.py").read_text(encoding="utf-8")
-    assert "from tasks.pipeline import" in source and "run_pipeline(" in source
+    assert "from retbench.tasks.pipeline import" in source and "run_pipeline(" in source
     for stage_function in ("embed_texts(", "build_index(", "retrieve(", "score_runs("):
         assert stage_function not in source  # no copy of the wiring
 
@@ -273,6 +276,17 @@ def test_the_crash_worker_runs_the_shipped_pipeline():
 def test_benchmarks_and_support_never_import_tests(folder):
     """What a benchmark shares with the tests lives in support/, so tests can move between layers."""
     offenders = {str(path.relative_to(ROOT)): sorted(m for m in top_level_names(path) if m.split(".")[0] == "tests")
+                 for path in files_under(folder)}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+@pytest.mark.parametrize("folder", ["tasks", "flows", "retbench", "support", "benchmarks", "tests", "docs", "deployments"])
+def test_nothing_imports_the_folders_by_their_repository_names(folder):
+    """tasks/, flows/ and support/ are installed as retbench.tasks, retbench.flows and
+    retbench.support: an import of plain `tasks` would find a user's own tasks.py first (a
+    notebook folder's), or a second copy of our modules with registries of their own."""
+    offenders = {str(path.relative_to(ROOT)): sorted(m for m in top_level_names(path)
+                                                     if m.split(".")[0] in ("tasks", "flows", "support"))
                  for path in files_under(folder)}
     assert not {k: v for k, v in offenders.items() if v}
 
@@ -298,9 +312,9 @@ def test_every_test_file_is_in_a_layer():
 @pytest.mark.parametrize("path", sorted(p for p in (ROOT / "tests" / "unit").glob("test_*.py") if p.name != "test_architecture.py"),
                          ids=lambda p: p.name)
 def test_unit_tests_run_no_pipeline_no_prefect_and_no_server(path):
-    pipeline_level = {"tasks.pipeline", "flows.benchmark", "flows.cli", "flows.prefect_server", "prefect",
-                      "support.faulty_server", "support.latency_server", "support.moto_s3", "support.headless",
-                      "support.crash_worker"}
+    pipeline_level = {"retbench.tasks.pipeline", "retbench.flows.benchmark", "retbench.flows.cli", "retbench.flows.prefect_server", "prefect",
+                      "retbench.support.faulty_server", "retbench.support.latency_server", "retbench.support.moto_s3", "retbench.support.headless",
+                      "retbench.support.crash_worker"}
     names = top_level_names(path)
     assert not {n for n in names if n in pipeline_level or n.startswith("prefect.")}
     assert "prefect_harness" not in path.read_text(encoding="utf-8")

@@ -3,7 +3,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.breakdown import (
+from retbench.tasks.analysis.breakdown import (
     BREAKDOWN_SCHEMA,
     COMPARISON_SCHEMA,
     bootstrap_ci,

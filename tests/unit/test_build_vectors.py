@@ -1,14 +1,14 @@
-"""tasks.stages.build_vectors: indexes built from the flat index's storage and file are the same
+"""retbench.tasks.stages.build_vectors: indexes built from the flat index's storage and file are the same
 bytes as indexes built from a loaded matrix, and the reader can fill a caller's array."""
 import faiss
 import numpy as np
 import pytest
 
-from tasks.stages.index import IndexSettings as AnnSettings
-from tasks.stages.build_vectors import CachedVectors
-from tasks.stages.embed import read_vectors
-from tasks.stages.index import build_faiss_index
-from tasks.stages.sweep import SyntheticDataset, write_embedding_set
+from retbench.tasks.stages.index import IndexSettings as AnnSettings
+from retbench.tasks.stages.build_vectors import CachedVectors
+from retbench.tasks.stages.embed import read_vectors
+from retbench.tasks.stages.index import build_faiss_index
+from retbench.tasks.stages.sweep import SyntheticDataset, write_embedding_set
 
 
 @pytest.fixture(scope="module")

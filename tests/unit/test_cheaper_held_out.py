@@ -5,9 +5,9 @@ import json
 import polars as pl
 import pytest
 
-from tasks.analysis.breakdown import paired_comparison
-from tasks.analysis.cheaper import ON_TEST, PAIRED, SUM, SWEEP, cheaper_variants_table
-from tasks.config.cheaper import CheaperVariant
+from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.cheaper import ON_TEST, PAIRED, SUM, SWEEP, cheaper_variants_table
+from retbench.tasks.config.cheaper import CheaperVariant
 
 SPLITS = ["dev"] * 3 + ["test"] * 3
 VALUES = {"full": [1.0, 1.0, 1.0, 1.0, 0.5, 0.0],  # test mean 0.5, all 0.75

@@ -1,8 +1,8 @@
 import polars as pl
 import pytest
 
-from tasks.datasets.document_text import document_text
-from tasks.stages.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans
+from retbench.tasks.datasets.document_text import document_text
+from retbench.tasks.stages.chunk import CHUNK_SCHEMA, ChunkConfig, chunk_corpus, chunk_spans
 
 ENGLISH = (
     "The wing was tested in a slipstream. Lift rose with the angle of attack!\n\n"

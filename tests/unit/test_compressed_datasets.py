@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.datasets.errors import DatasetError
-from tasks.stages.dataset import content_hash, load_dataset
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.dataset import content_hash, load_dataset
 
 
 def _lines(rows) -> bytes:
@@ -87,8 +87,8 @@ def test_a_missing_file_without_a_packed_sibling_says_only_what_was_expected(tmp
 
 
 def test_a_missing_dataset_folder_names_the_archive_beside_it(tmp_path):
-    from tasks.config.spec import load_spec
-    from tasks.stages.prepare import check_inputs
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.stages.prepare import check_inputs
 
     (tmp_path / "scifact.zip").write_bytes(b"packed")
     spec = tmp_path / "spec.yaml"

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.indexes.binary_codes import BinarySearch, build_binary_index, sign_codes
-from tasks.stages.index import IndexSettings, build_index, load_index, set_query_params
-from tasks.stages.retrieve import retrieve
-from tasks.stages.sweep import SweepSpec, SyntheticDataset, resolve_grid, run_sweep
-from tasks.stages.vectors import l2_normalized
+from retbench.tasks.indexes.binary_codes import BinarySearch, build_binary_index, sign_codes
+from retbench.tasks.stages.index import IndexSettings, build_index, load_index, set_query_params
+from retbench.tasks.stages.retrieve import retrieve
+from retbench.tasks.stages.sweep import SweepSpec, SyntheticDataset, resolve_grid, run_sweep
+from retbench.tasks.stages.vectors import l2_normalized
 
 # q's sign bits 11111110. Hamming distances: d0 01111111 -> 2, d1 10001110 -> 3, d2 00000000 -> 7.
 # Float inner products (before normalising): q.d0 = -0.09 + 5 * 0.01 - 0.01 = -0.05,

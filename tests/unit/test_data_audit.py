@@ -1,6 +1,6 @@
 import polars as pl
 
-from tasks.analysis.data_audit import data_audit, duplicate_groups, first_on_tie, lost_ties
+from retbench.tasks.analysis.data_audit import data_audit, duplicate_groups, first_on_tie, lost_ties
 
 
 def corpus(rows):
@@ -50,8 +50,8 @@ def test_the_audit_counts_labels_and_joiners():
 def test_the_report_section_flags_a_large_share_cut_and_names_the_losing_judged_copies(tmp_path):
     import json
 
-    from tasks.reporting.data_audit_section import data_audit_section
-    from tasks.reporting.html import ReportInputs, render_markdown
+    from retbench.tasks.reporting.data_audit_section import data_audit_section
+    from retbench.tasks.reporting.html import ReportInputs, render_markdown
 
     truncation = [{"provider": "minilm", "role": "document", "window": 256, "texts": 240, "truncated": 225,
                    "tokens": 100_000, "tokens_dropped": 43_800, "share_dropped": 0.438, "token_source": "tokenizer"},

@@ -5,12 +5,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from support.paths import SHARED_DATA
+from retbench.support.paths import SHARED_DATA
 
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.model import CORPUS_SCHEMA, Dataset
-from tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
-from tasks.language import detect_language
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.model import CORPUS_SCHEMA, Dataset
+from retbench.tasks.stages.dataset import content_hash, load_dataset, load_saved_dataset, save_dataset
+from retbench.tasks.language import detect_language
 
 DATA = SHARED_DATA
 CRANFIELD = DATA / "cranfield"
@@ -339,7 +339,7 @@ def test_save_and_load_round_trip(folder, tmp_path):
 
 
 def test_saved_dataset_is_checked_by_its_file_hashes_and_by_rows_when_they_differ(folder, tmp_path, monkeypatch):
-    from tasks.stages import dataset as dataset_module
+    from retbench.tasks.stages import dataset as dataset_module
 
     ds = load_dataset(folder, "jsonl", "all")
     save_dataset(ds, tmp_path / "saved")

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-import tasks.datasets as datasets
-from tasks.config.spec import SpecError, load_spec
-from tasks.datasets import format_reader, known_formats, register
-from tasks.datasets.errors import DatasetError
-from tasks.datasets.lines import parse_int, text_lines
-from tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
-from tasks.datasets.reader import FormatReader
-from tasks.stages.dataset import load_dataset, load_spec_dataset, reader_code_files
+import retbench.tasks.datasets as datasets
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.datasets import format_reader, known_formats, register
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.datasets.lines import parse_int, text_lines
+from retbench.tasks.datasets.model import DEFAULT_CATEGORY, Judgment, RawCollection
+from retbench.tasks.datasets.reader import FormatReader
+from retbench.tasks.stages.dataset import load_dataset, load_spec_dataset, reader_code_files
 
 BUILT_IN = ["beir", "cranfield", "glasgow", "jsonl", "xquad"]
 

@@ -14,8 +14,8 @@ import sys
 import pytest
 import yaml
 
-from support.docs_tables import TABLES_PAGE, documented_columns
-from support.paths import ROOT
+from retbench.support.docs_tables import TABLES_PAGE, documented_columns
+from retbench.support.paths import ROOT
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -74,7 +74,7 @@ def test_readme_links_into_the_docs_pages():
 
 def _spec_examples():
     """(where, mapping) for every ```yaml block of the README and docs/ that holds spec keys."""
-    from tasks.config.spec import BenchmarkSpec
+    from retbench.tasks.config.spec import BenchmarkSpec
 
     keys = set(BenchmarkSpec.model_fields)
     for page in [README, *_pages()]:
@@ -99,7 +99,7 @@ def test_every_spec_example_in_the_docs_loads():
     page and block. Fragments are read on top of a base spec; rewrite files are not opened."""
     from pydantic import ValidationError
 
-    from tasks.config.spec import BenchmarkSpec, provider_option_errors, system_errors
+    from retbench.tasks.config.spec import BenchmarkSpec, provider_option_errors, system_errors
 
     examples = list(_spec_examples())
     assert len(examples) >= 8  # README, concepts, variants, providers, systems, fine-tuning, ANN, ...
@@ -115,7 +115,7 @@ def test_every_spec_example_in_the_docs_loads():
 
 
 def test_spec_reference_renders_types_defaults_and_bounds():
-    from tasks.config.spec import BenchmarkSpec
+    from retbench.tasks.config.spec import BenchmarkSpec
 
     rows = {row[0]: row[1:] for row in _hook().key_rows(BenchmarkSpec)}
     assert rows["indexes.ivf.nprobe"][:2] == ("list[int]", "`[1, 4, 16]`")
@@ -131,11 +131,11 @@ def test_spec_reference_renders_types_defaults_and_bounds():
 def test_spec_reference_lists_every_section_and_plug_in_kind():
     """The generated page names every side stage's spec section and every registered kind, so a
     new one is documented by registering it."""
-    from tasks.config.sections import spec_sections
-    from tasks.datasets import known_formats
-    from tasks.indexes import known_kinds as index_kinds
-    from tasks.providers import known_kinds as provider_kinds
-    from tasks.rerankers import known_kinds as reranker_kinds
+    from retbench.tasks.config.sections import spec_sections
+    from retbench.tasks.datasets import known_formats
+    from retbench.tasks.indexes import known_kinds as index_kinds
+    from retbench.tasks.providers import known_kinds as provider_kinds
+    from retbench.tasks.rerankers import known_kinds as reranker_kinds
 
     page = _hook().spec_keys()
     for section in spec_sections():
@@ -147,7 +147,7 @@ def test_spec_reference_lists_every_section_and_plug_in_kind():
 
 
 def test_every_table_the_stages_declare_has_a_section():
-    from tasks.stage_list import SIDE_STAGES
+    from retbench.tasks.stage_list import SIDE_STAGES
 
     documented = documented_columns()
     page = TABLES_PAGE.read_text(encoding="utf-8")
@@ -157,7 +157,7 @@ def test_every_table_the_stages_declare_has_a_section():
 
 
 def test_the_tables_page_parser_reads_placeholders_and_types():
-    from support.docs_tables import mistyped, undocumented
+    from retbench.support.docs_tables import mistyped, undocumented
 
     assert undocumented("ann_sweep", ["delta_ndcg@10_ci_low", "neighbour_recall@10", "flat_mrr"]) == []
     assert undocumented("summary", ["setting", "valeu"]) == ["valeu"]
@@ -171,10 +171,10 @@ def test_the_tables_page_parser_reads_placeholders_and_types():
 
 _CHECK_EXTENSIONS = """
 import numpy as np
-from tasks.config.spec import BenchmarkSpec
-from tasks.indexes import index_kind
-from tasks.providers import create_provider
-from tasks.rerankers import create_reranker
+from retbench.tasks.config.spec import BenchmarkSpec
+from retbench.tasks.indexes import index_kind
+from retbench.tasks.providers import create_provider
+from retbench.tasks.rerankers import create_reranker
 
 vectors = create_provider("letter-counts", {"alphabet": "ab"}).encode(["a bab", "xyz"], "document")
 assert vectors.tolist() == [[2.0, 2.0], [0.0, 0.0]], vectors

@@ -3,9 +3,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, load_vectors, shard_paths
-from tasks.providers import Provider, create_provider
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import cache_key, embed_texts, fingerprint_hash, load_vectors, shard_paths
+from retbench.tasks.providers import Provider, create_provider
 
 
 def test_cache_key_changes_with_role_text_and_fingerprint():

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.providers import create_provider
-from tasks.stages.embed import _vector_table, cached_keys, cache_key, embed_texts, fingerprint_hash, read_vectors, shard_paths
-from tasks.stages.embed_dim import DimensionChanged, recorded_dim
-from tasks.stages.embed_shards import embed_part, finish_embedding, plan_embedding
-from tasks.providers.fingerprint import full_fingerprint
-from tasks.store import shards
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.embed import _vector_table, cached_keys, cache_key, embed_texts, fingerprint_hash, read_vectors, shard_paths
+from retbench.tasks.stages.embed_dim import DimensionChanged, recorded_dim
+from retbench.tasks.stages.embed_shards import embed_part, finish_embedding, plan_embedding
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.store import shards
 
 IDS = [f"d{i}" for i in range(10)]
 TEXTS = [f"document {i} about webhooks" for i in range(10)]
@@ -138,6 +138,6 @@ def test_parts_returning_two_dimensions_into_an_empty_folder_keep_the_first_and_
 
 
 def _dim(path: Path) -> int:
-    from tasks.stages.embed_dim import shard_dim
+    from retbench.tasks.stages.embed_dim import shard_dim
 
     return shard_dim(path)

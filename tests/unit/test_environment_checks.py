@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.environment import EnvironmentFault, api_start_failure, check_prefect_home, loopback_port
+from retbench.flows.environment import EnvironmentFault, api_start_failure, check_prefect_home, loopback_port
 
 
 def test_a_server_that_lost_its_port_to_another_process_is_told_so(tmp_path):

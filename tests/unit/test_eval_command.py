@@ -1,11 +1,11 @@
-"""flows.eval_command: the `retbench eval` subcommand."""
+"""retbench.flows.eval_command: the `retbench eval` subcommand."""
 import argparse
 import json
 
 import polars as pl
 import pytest
 
-from flows.eval_command import add_parser
+from retbench.flows.eval_command import add_parser
 
 QRELS = "q1 0 a 1\nq1 0 b 0\nq2 0 c 2\nq3 0 z 1\n"
 # q1: a at rank 2 (tie with c broken by doc id desc); q2: c at rank 1; q9 is run-only.

@@ -8,10 +8,10 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from flows.eval_command import add_parser, score_files
-from tasks.analysis.metrics import evaluate
-from tasks.analysis.trec import _QRELS, _RUN, _fast, _slow, read_run, write_qrels, write_run
-from tasks.stages.retrieve import write_trec_run
+from retbench.flows.eval_command import add_parser, score_files
+from retbench.tasks.analysis.metrics import evaluate
+from retbench.tasks.analysis.trec import _QRELS, _RUN, _fast, _slow, read_run, write_qrels, write_run
+from retbench.tasks.stages.retrieve import write_trec_run
 
 MEASURES = {"ndcg@10": "ndcg_cut_10", "recall@20": "recall_20", "mrr": "recip_rank", "map": "map",
             "p@5": "P_5"}

@@ -4,8 +4,8 @@ import math
 import polars as pl
 import pytest
 
-from tasks.analysis.failures import FAILURE_SCHEMA, failure_counts, failure_table
-from tasks.analysis.runs import RUN_SCHEMA
+from retbench.tasks.analysis.failures import FAILURE_SCHEMA, failure_counts, failure_table
+from retbench.tasks.analysis.runs import RUN_SCHEMA
 
 FLAT = ("m", "flat", None)
 IVF = ("m", "ivf", 1)

@@ -1,7 +1,7 @@
 """Report figures are kept in the store by what they show: a rerun with the same tables draws nothing."""
 import polars as pl
 
-from tasks.reporting import figures
+from retbench.tasks.reporting import figures
 
 
 def settings(mean: float) -> pl.DataFrame:

@@ -4,7 +4,7 @@ import hashlib
 import json
 import os
 
-from tasks.store import files
+from retbench.tasks.store import files
 
 
 def test_a_large_file_hash_is_remembered_across_processes_until_the_file_changes(tmp_path, monkeypatch):

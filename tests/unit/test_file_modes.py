@@ -5,8 +5,8 @@ import stat
 import polars as pl
 import pytest
 
-from tasks.reporting.tables import write_tables
-from tasks.store.files import write_json, write_parquet
+from retbench.tasks.reporting.tables import write_tables
+from retbench.tasks.store.files import write_json, write_parquet
 
 
 @pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o027, 0o640)])

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from tasks.analysis.hard_negatives import HeldOutSplitError
-from tasks.stages.finetune import FinetuneInputError, check_training_queries
-from tasks.stages.finetune_step import enough_dev_queries, queries_with_a_positive
+from retbench.tasks.analysis.hard_negatives import HeldOutSplitError
+from retbench.tasks.stages.finetune import FinetuneInputError, check_training_queries
+from retbench.tasks.stages.finetune_step import enough_dev_queries, queries_with_a_positive
 
 QUERIES = pl.DataFrame({"query_id": ["a1", "a2", "a3", "v1", "v2", "t1"],
                         "text": ["alpha", "beta", "gamma", "delta", "epsilon", "what is lift"],

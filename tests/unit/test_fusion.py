@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.fusion import choose_alpha, normalized_scores, reciprocal_rank_fusion, score_fusion
-from tasks.analysis.runs import RUN_SCHEMA
-from tasks.analysis.system_ledger import systems_tables
+from retbench.tasks.analysis.fusion import choose_alpha, normalized_scores, reciprocal_rank_fusion, score_fusion
+from retbench.tasks.analysis.runs import RUN_SCHEMA
+from retbench.tasks.analysis.system_ledger import systems_tables
 
 
 def run(name: str, rows: list[tuple[str, str, float]]) -> pl.DataFrame:

@@ -5,10 +5,10 @@ import json
 import polars as pl
 import pytest
 
-from flows import hard_negatives_command
-from tasks.datasets.model import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from tasks.stages.dataset import save_dataset
-from tasks.analysis.hard_negatives import (
+from retbench.flows import hard_negatives_command
+from retbench.tasks.datasets.model import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
+from retbench.tasks.stages.dataset import save_dataset
+from retbench.tasks.analysis.hard_negatives import (
     HeldOutSplitError,
     hard_negative_pairs,
     hard_negative_triples,
@@ -17,7 +17,7 @@ from tasks.analysis.hard_negatives import (
     normalised_query_text,
     write_triples,
 )
-from tasks.analysis.runs import RUN_SCHEMA
+from retbench.tasks.analysis.runs import RUN_SCHEMA
 
 CORPUS = pl.DataFrame([
     ("r1", "Refunds", "Refunds take 5 days.", "en"),

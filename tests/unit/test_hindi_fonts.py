@@ -4,8 +4,8 @@ import base64
 import io
 import warnings
 
-from tasks.reporting import figures
-from tasks.reporting.html import CSP, Section, render_html
+from retbench.tasks.reporting import figures
+from retbench.tasks.reporting.html import CSP, Section, render_html
 
 HINDI = "पासवर्ड भूल गया, अब क्या करूँ"
 

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from tasks.stages.embed import embed_texts
-from tasks.stages.index import IndexSettings, build_index, default_nlist, load_index, resolve_ivf
-from tasks.providers import create_provider
+from retbench.tasks.stages.embed import embed_texts
+from retbench.tasks.stages.index import IndexSettings, build_index, default_nlist, load_index, resolve_ivf
+from retbench.tasks.providers import create_provider
 
 
 def test_default_nlist_keeps_39_training_points_per_list():

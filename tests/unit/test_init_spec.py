@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.paths import SHARED_DATA
+from retbench.support.paths import SHARED_DATA
 
 # The real collections live beside the checkout (../shared/data); a clone elsewhere skips these.
 needs_shared_data = pytest.mark.skipif(not (SHARED_DATA / "glasgow").is_dir() or not (SHARED_DATA / "cranfield").is_dir()
                                        or not (SHARED_DATA / "xquad").is_dir(), reason=f"{SHARED_DATA} not present")
-from tasks.config.spec import load_spec
-from tasks.config.starter import StarterFacts, choose_split, spec_name, starter_spec
-from tasks.datasets.detect import detect_format, trec_qrels_files
-from tasks.datasets.errors import DatasetError
+from retbench.tasks.config.spec import load_spec
+from retbench.tasks.config.starter import StarterFacts, choose_split, spec_name, starter_spec
+from retbench.tasks.datasets.detect import detect_format, trec_qrels_files
+from retbench.tasks.datasets.errors import DatasetError
 
 
 def beir_folder(folder: Path, splits=("train", "dev", "test")) -> Path:

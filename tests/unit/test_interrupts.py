@@ -4,8 +4,8 @@ import signal
 
 import pytest
 
-from flows import interrupts
-from tasks.progress import Interrupted, clear_stop, stop_requested, stop_signal
+from retbench.flows import interrupts
+from retbench.tasks.progress import Interrupted, clear_stop, stop_requested, stop_signal
 
 
 @pytest.fixture(autouse=True)

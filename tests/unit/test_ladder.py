@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tasks.analysis.ladder import (Step, buried_hint, cheapest_helpful, language_hint, ladder_table, lexical_hint,
+from retbench.tasks.analysis.ladder import (Step, buried_hint, cheapest_helpful, language_hint, ladder_table, lexical_hint,
                                    next_steps)
 
 TEST = [f"t{i:02d}" for i in range(20)]
@@ -135,9 +135,9 @@ def test_next_steps_say_what_was_tried_already():
 
 
 def test_the_shipped_sample_spec_lists_its_interventions_in_the_seed_order():
-    from support.paths import ROOT
-    from tasks.config.spec import load_spec
-    from tasks.reporting.ladder_section import interventions
+    from retbench.support.paths import ROOT
+    from retbench.tasks.config.spec import load_spec
+    from retbench.tasks.reporting.ladder_section import interventions
 
     baseline, steps = interventions(load_spec(ROOT / "specs" / "sample.yaml"), filtered=True)
     assert baseline == "hashing/flat"

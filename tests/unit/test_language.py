@@ -1,6 +1,6 @@
 import pytest
 
-from tasks.language import detect_language
+from retbench.tasks.language import detect_language
 
 
 @pytest.mark.parametrize("text, label", [
@@ -24,9 +24,9 @@ def test_language_by_script(text, label):
 
 
 def test_joiner_spellings_fold_to_one_text_and_one_cache_key_and_are_counted_either_way():
-    from tasks.datasets.model import RawCollection
-    from tasks.datasets.normalise import normalise_text
-    from tasks.stages.embed import cache_key
+    from retbench.tasks.datasets.model import RawCollection
+    from retbench.tasks.datasets.normalise import normalise_text
+    from retbench.tasks.stages.embed import cache_key
 
     # क्ष (kṣa) as typed plainly, with a ZWJ and with a ZWNJ after the virama: one word, three strings.
     spellings = ["क्षमा", "क्\u200dषमा", "क्\u200cषमा"]

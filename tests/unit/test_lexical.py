@@ -11,10 +11,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.config.systems import LexicalSpec, TokenizerSpec
-from tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index, search_bm25
-from support.paths import SHARED_DATA
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.config.systems import LexicalSpec, TokenizerSpec
+from retbench.tasks.stages.lexical import Tokenizer, bm25_run, build_bm25_index, search_bm25
+from retbench.support.paths import SHARED_DATA
 
 DATA = SHARED_DATA if SHARED_DATA.is_dir() else Path("/work/shared/data")
 PLAIN = TokenizerSpec(stopwords=None, min_length=1)
@@ -202,8 +202,8 @@ def assert_parity(tmp_path, name, chunks: pl.DataFrame, query_frame: pl.DataFram
 
 @pytest.mark.slow
 def test_bm25s_parity_on_cranfield_with_multi_chunk_documents(tmp_path):
-    from tasks.stages.chunk import ChunkConfig, chunk_corpus
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from retbench.tasks.stages.dataset import load_dataset
 
     ds = load_dataset(DATA / "cranfield", "cranfield", "all")
     chunks = chunk_corpus(ds.corpus, ChunkConfig("fixed", size=60, overlap=10))
@@ -218,8 +218,8 @@ def test_bm25s_parity_on_cranfield_with_multi_chunk_documents(tmp_path):
 def test_bm25s_parity_on_glasgow(tmp_path, collection):
     """The collections as the pipeline reads them (one chunk per document: title, blank line, text);
     the reader itself is checked against the collections' README in tests/pipeline/test_dataset_glasgow.py."""
-    from tasks.stages.chunk import ChunkConfig, chunk_corpus
-    from tasks.stages.dataset import load_dataset
+    from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from retbench.tasks.stages.dataset import load_dataset
 
     ds = load_dataset(DATA / "glasgow" / collection, "glasgow", "all")
     chunks = chunk_corpus(ds.corpus, ChunkConfig("none"))

@@ -1,11 +1,11 @@
-"""tasks.analysis.metrics on cases small enough to compute by hand."""
+"""retbench.tasks.analysis.metrics on cases small enough to compute by hand."""
 import logging
 import math
 
 import polars as pl
 import pytest
 
-from tasks.analysis.metrics import MEASURES, Measure, evaluate, parse_measure, precision, register
+from retbench.tasks.analysis.metrics import MEASURES, Measure, evaluate, parse_measure, precision, register
 
 
 def frame(rows, cols):

@@ -4,7 +4,7 @@ import math
 import polars as pl
 import pytest
 
-from tasks.analysis.metrics import evaluate
+from retbench.tasks.analysis.metrics import evaluate
 
 
 def test_relevant_docs_tied_only_with_each_other_get_distinct_ranks():

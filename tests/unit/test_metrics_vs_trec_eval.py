@@ -1,4 +1,4 @@
-"""tasks.analysis.metrics against pytrec_eval (trec_eval's C code) on seeded runs built to hit the edge cases."""
+"""retbench.tasks.analysis.metrics against pytrec_eval (trec_eval's C code) on seeded runs built to hit the edge cases."""
 import json
 import math
 import subprocess
@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("pytrec_eval")
 
-from tasks.analysis.metrics import evaluate  # noqa: E402
+from retbench.tasks.analysis.metrics import evaluate  # noqa: E402
 
 CUTOFFS = (1, 3, 5, 10, 50)  # 50 is beyond every generated ranking
 
 # Our name -> pytrec_eval key, written out here rather than read from the registry so a wrong
-# mapping in tasks.analysis.metrics cannot make the test agree with itself.
+# mapping in retbench.tasks.analysis.metrics cannot make the test agree with itself.
 DIRECT = {"ndcg": "ndcg", "map": "map", "mrr": "recip_rank"}
 for _k in CUTOFFS:
     DIRECT |= {f"ndcg@{_k}": f"ndcg_cut_{_k}", f"recall@{_k}": f"recall_{_k}",

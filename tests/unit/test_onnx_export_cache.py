@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys
 from pathlib import Path
-import tasks.providers.onnx_backend as onnx_backend
+import retbench.tasks.providers.onnx_backend as onnx_backend
 
 def fake_export(model_path, target):  # the real one needs torch; the folder's key is the point here
     Path(target).write_bytes(b"exported")
@@ -58,7 +58,7 @@ def _model(folder: Path, modules: list[str], pooling: dict) -> Path:
 
 
 def test_backend_auto_is_onnx_for_what_the_export_reproduces_and_torch_for_the_rest(tmp_path):
-    from tasks.providers.onnx_backend import resolve_backend, unsupported
+    from retbench.tasks.providers.onnx_backend import resolve_backend, unsupported
 
     mean = {"pooling_mode_mean_tokens": True}
     exportable = _model(tmp_path / "a", ["Transformer", "Pooling", "Normalize"], mean)
@@ -72,7 +72,7 @@ def test_backend_auto_is_onnx_for_what_the_export_reproduces_and_torch_for_the_r
 
 
 def test_the_packaged_minilm_runs_on_onnx_by_default_and_on_torch_when_asked():
-    from tasks.providers.sentence_transformers import SentenceTransformersProvider
+    from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
 
     assert SentenceTransformersProvider().backend == "onnx"
     assert SentenceTransformersProvider(backend="torch").backend == "torch"

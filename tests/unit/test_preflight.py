@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config.spec import load_spec
-from tasks.datasets.errors import DatasetError
-from tasks.providers import create_provider
-from tasks.stages.embed import embed_texts
-from tasks.stages.preflight import plan_run, preflight
+from retbench.tasks.config.spec import load_spec
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.embed import embed_texts
+from retbench.tasks.stages.preflight import plan_run, preflight
 
 
 def collection(folder: Path, grade: int = 1) -> Path:
@@ -59,8 +59,8 @@ def test_an_empty_store_has_every_distinct_text_to_embed_and_every_index_to_buil
 
 
 def test_texts_in_the_cache_and_a_built_index_are_not_counted_again(tmp_path):
-    from tasks.stages.chunk import ChunkConfig, chunk_corpus
-    from tasks.stages.index import IndexSettings, build_index
+    from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+    from retbench.tasks.stages.index import IndexSettings, build_index
 
     spec = load_spec(spec_file(tmp_path))
     dataset, key = preflight(spec)
@@ -77,7 +77,7 @@ def test_texts_in_the_cache_and_a_built_index_are_not_counted_again(tmp_path):
 
 
 def test_a_dataset_a_run_stored_is_read_from_the_store(tmp_path):
-    from tasks.stages.prepare import prepare_dataset
+    from retbench.tasks.stages.prepare import prepare_dataset
 
     spec = load_spec(spec_file(tmp_path))
     stored = prepare_dataset(spec)

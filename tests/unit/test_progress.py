@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from tasks.progress import Interrupted, Progress, clear_stop, first_interruption, request_stop
+from retbench.tasks.progress import Interrupted, Progress, clear_stop, first_interruption, request_stop
 
 
 class Clock:

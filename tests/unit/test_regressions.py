@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from tasks.analysis import history
-from tasks.analysis.stats import holm_adjusted
-from tasks.config.spec import HistorySpec
+from retbench.tasks.analysis import history
+from retbench.tasks.analysis.stats import holm_adjusted
+from retbench.tasks.config.spec import HistorySpec
 
 OLD_DATA, NEW_DATA = "a" * 64, "b" * 64
 START = datetime(2026, 11, 1, 2, 0, tzinfo=timezone.utc)

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.analysis.runs import RUN_SCHEMA, trec_order
-from tasks.progress import Interrupted, clear_stop, request_stop
-from tasks.rerankers import create_reranker
-from tasks.rerankers.base import RerankBatch
-from tasks.stages.rerank import rerank_run
+from retbench.tasks.analysis.runs import RUN_SCHEMA, trec_order
+from retbench.tasks.progress import Interrupted, clear_stop, request_stop
+from retbench.tasks.rerankers import create_reranker
+from retbench.tasks.rerankers.base import RerankBatch
+from retbench.tasks.stages.rerank import rerank_run
 
 # q4 asks what q1 asks: its pairs are q1's, scored once.
 QUERIES = pl.DataFrame({"query_id": ["q1", "q2", "q3", "q4"],

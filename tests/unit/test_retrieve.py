@@ -2,8 +2,8 @@ import faiss
 import numpy as np
 import polars as pl
 
-from tasks.analysis.runs import trec_order
-from tasks.stages.maxp import search_documents
+from retbench.tasks.analysis.runs import trec_order
+from retbench.tasks.stages.maxp import search_documents
 
 
 def _index(vectors):
@@ -59,7 +59,7 @@ def test_trec_order_breaks_ties_by_doc_id_descending():
 
 
 def test_document_run_sorts_on_codes_exactly_as_trec_order_on_strings():
-    from tasks.stages.maxp import document_run
+    from retbench.tasks.stages.maxp import document_run
 
     rng = np.random.default_rng(3)
     doc_ids = pl.Series(["b", "a", "B", "A", "é", "z", "a10", "a9"])

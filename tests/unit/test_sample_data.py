@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
 SAMPLE = ROOT / "data" / "sample"
 

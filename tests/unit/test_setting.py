@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from tasks.config.setting import FirstStage, Fusion, Rerank, Setting, system_settings
-from tasks.config.systems import FusionSpec, SystemSpec
-from tasks.stages.variants import VariantSetting
+from retbench.tasks.config.setting import FirstStage, Fusion, Rerank, Setting, system_settings
+from retbench.tasks.config.systems import FusionSpec, SystemSpec
+from retbench.tasks.stages.variants import VariantSetting
 
 
 def dense(provider: str, index: str = "flat", nprobe: int | None = None) -> Setting:

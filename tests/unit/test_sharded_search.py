@@ -4,7 +4,7 @@ import faiss
 import numpy as np
 import pytest
 
-from tasks.indexes.sharded import (PAD_SCORE, ExactSearch, NpyRows, build_shard, canonical_search, empty_ivf_like,
+from retbench.tasks.indexes.sharded import (PAD_SCORE, ExactSearch, NpyRows, build_shard, canonical_search, empty_ivf_like,
                                    merge_top_k, shard_bounds)
 
 

@@ -1,8 +1,8 @@
 import pytest
 
-from support.paths import ROOT
+from retbench.support.paths import ROOT
 
-from tasks.config.spec import SpecError, load_spec
+from retbench.tasks.config.spec import SpecError, load_spec
 
 
 def _write(tmp_path, text):

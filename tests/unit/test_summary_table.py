@@ -1,8 +1,8 @@
 """The summary's columns: every measure, in reading order (recall@k by k, mrr, ndcg@k by k, then the rest)."""
 import polars as pl
 
-from tasks.config.measures import default_measures
-from tasks.reporting.tables import summary_table_text, summary_wide
+from retbench.tasks.config.measures import default_measures
+from retbench.tasks.reporting.tables import summary_table_text, summary_wide
 
 
 def test_console_summary_shows_every_measure_in_a_fixed_order():
@@ -24,7 +24,7 @@ def test_console_summary_shows_every_measure_in_a_fixed_order():
 def test_report_lists_the_queries_left_unscored(tmp_path):
     import json
 
-    from tasks.reporting.html import build_report
+    from retbench.tasks.reporting.html import build_report
 
     summary = pl.DataFrame({"provider": ["p"], "index": ["flat"], "nprobe": pl.Series([None], dtype=pl.Int64),
                             "measure": ["ndcg@10"], "value": [0.5], "queries": [2]})

@@ -6,11 +6,11 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from tasks.stages.embed import read_vectors
-from tasks.stages.embed import embed_texts, load_vectors
-from tasks.stages.index import IndexSettings
-from tasks.providers import create_provider
-from tasks.stages.sweep import (
+from retbench.tasks.stages.embed import read_vectors
+from retbench.tasks.stages.embed import embed_texts, load_vectors
+from retbench.tasks.stages.index import IndexSettings
+from retbench.tasks.providers import create_provider
+from retbench.tasks.stages.sweep import (
     SweepSpec, SyntheticDataset, bootstrap_ci, default_pq_nbits, neighbour_recall, recommend, resolve_grid,
     run_sweep, write_sweep_tables,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tasks.config.systems import (
+from retbench.tasks.config.systems import (
     FusionSpec, LexicalSpec, RerankerSpec, SystemSpec, check_references, first_stage_names, system_order,
 )
 

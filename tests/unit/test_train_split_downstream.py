@@ -2,11 +2,11 @@
 per_query and in the breakdown's split slice, and what is tuned on dev stays on dev."""
 import polars as pl
 
-from tasks.analysis.breakdown import breakdown_table
-from tasks.analysis.fusion import choose_alpha
-from tasks.analysis.runs import RUN_SCHEMA
-from tasks.analysis.score import score_runs
-from tasks.datasets.model import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from retbench.tasks.analysis.breakdown import breakdown_table
+from retbench.tasks.analysis.fusion import choose_alpha
+from retbench.tasks.analysis.runs import RUN_SCHEMA
+from retbench.tasks.analysis.score import score_runs
+from retbench.tasks.datasets.model import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 
 CORPUS = pl.DataFrame([("d1", "", "one", "en"), ("d2", "", "two", "en")], schema=CORPUS_SCHEMA, orient="row")
 QUERIES = pl.DataFrame([("a", "alpha", "en", "c", "train"), ("b", "beta", "en", "c", "train"),

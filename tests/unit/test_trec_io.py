@@ -1,8 +1,8 @@
-"""tasks.analysis.trec: TREC run and qrels files to and from polars frames."""
+"""retbench.tasks.analysis.trec: TREC run and qrels files to and from polars frames."""
 import polars as pl
 import pytest
 
-from tasks.analysis.trec import read_qrels, read_run, write_qrels, write_run
+from retbench.tasks.analysis.trec import read_qrels, read_run, write_qrels, write_run
 
 
 def write(tmp_path, name, text):

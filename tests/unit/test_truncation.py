@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.config.spec import SpecError, load_spec
-from tasks.providers import create_provider
-from tasks.providers.truncated import TruncatedProvider
-from tasks.stages.embed import PrecomputedProvider, cache_dir_for, embed_texts, load_vectors
-from tasks.stages.vectors import l2_normalized, truncated
+from retbench.tasks.config.spec import SpecError, load_spec
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.truncated import TruncatedProvider
+from retbench.tasks.stages.embed import PrecomputedProvider, cache_dir_for, embed_texts, load_vectors
+from retbench.tasks.stages.vectors import l2_normalized, truncated
 
 
 def test_truncated_is_the_renormalised_prefix_by_hand():

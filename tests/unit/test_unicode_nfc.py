@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.providers import create_provider
-from tasks.datasets.errors import DatasetError
-from tasks.stages.dataset import content_hash, load_dataset
-from tasks.stages.embed import embed_texts
+from retbench.tasks.providers import create_provider
+from retbench.tasks.datasets.errors import DatasetError
+from retbench.tasks.stages.dataset import content_hash, load_dataset
+from retbench.tasks.stages.embed import embed_texts
 
 CORPUS = [("d1", "Café crème brûlée, the classic French dessert"), ("d2", "A naïve résumé gets few interviews"),
           ("d3", "Plain ASCII text about trains")]

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from tasks.analysis.equivalence import non_inferiority, quantile_band
-from tasks.config.verdict import VerdictSpec
-from tasks.reporting.verdict import decide, verdict_sentences
+from retbench.tasks.analysis.equivalence import non_inferiority, quantile_band
+from retbench.tasks.config.verdict import VerdictSpec
+from retbench.tasks.reporting.verdict import decide, verdict_sentences
 
 PER_QUERY = {"provider": pl.String, "index": pl.String, "nprobe": pl.Int64, "query_id": pl.String,
              "measure": pl.String, "value": pl.Float64, "split": pl.String}
@@ -162,7 +162,7 @@ def test_one_query_is_too_few_for_the_equivalence_test_and_says_so(tmp_path):
 def test_the_t_and_binomial_quantiles_from_scipy_special_equal_scipy_stats():
     """equivalence.py calls scipy.special (a cached rerun does not import scipy.stats): same numbers."""
 
-    from tasks.analysis.equivalence import _binom_ppf
+    from retbench.tasks.analysis.equivalence import _binom_ppf
 
     rng = np.random.default_rng(3)
     for n in (2, 5, 55, 300):

@@ -2,7 +2,7 @@
 import polars as pl
 import pytest
 
-from tasks.reporting.verdict import settings_table
+from retbench.tasks.reporting.verdict import settings_table
 
 
 def test_system_latency_is_the_sum_of_its_stages(tmp_path):

@@ -53,8 +53,11 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
     from retbench.tasks.stages.embed_shards import plan_embedding
 
     texts = pl.read_parquet(texts_path, columns=[id_column, "text"])
-    plan = plan_embedding(loaded_provider(make_provider, provider), set_label or provider.name, texts[id_column].to_list(),
-                          texts["text"].to_list(), role, Path(store), provider.shards, provider.batch_size, force=force)
+    built = loaded_provider(make_provider, provider)
+    ids = texts[id_column].to_list()
+    # A provider of vectors made elsewhere is handed ids, and its cache is keyed by them.
+    plan = plan_embedding(built, set_label or provider.name, ids, ids if built.keyed_by_id else texts["text"].to_list(),
+                          role, Path(store), provider.shards, provider.batch_size, force=force)
     if plan.missing:
         log.info(f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
     return plan

@@ -42,11 +42,18 @@ def _clipping(run: Produced) -> list:
             for p in run.active]
 
 
+def _embeds_texts(provider) -> bool:
+    """False for vectors made elsewhere (keyed by id): no model to time, no passage to embed."""
+    from retbench.tasks.providers import provider_class
+
+    return not provider_class(provider.kind).keyed_by_id
+
+
 def _latency(run: Produced) -> list:
     return [run.runner.submit("latency", latency_stage, p, run.chunks.path, run.dataset, run.spec,
                               run.selection.remeasure,
                               run.make_provider, label=f"latency-{p.name}")
-            for p in run.active]
+            for p in run.active if _embeds_texts(p)]
 
 
 def _sweep(run: Produced) -> list:
@@ -81,7 +88,7 @@ def _buried(run: Produced) -> list:
                               {s.label: run.query_sets[(s.provider, s.query_variant)].result()
                                for s in run.settings if s.provider == p.name},
                               run.spec, run.make_provider, label=f"buried-{p.name}")
-            for p in run.active]
+            for p in run.active if _embeds_texts(p)]
 
 
 def _filtered_ann(run: Produced) -> list:

@@ -200,6 +200,11 @@ class _BenchmarkSpecBase(_Strict):
     rerankers: list[RerankerSpec] = Field(default_factory=list)
     systems: list[SystemSpec] = Field(default_factory=list, description="first stage [+ second, fused] [+ reranker]")
     report: ReportSpec = Field(default_factory=ReportSpec)
+    plugins: list[str] = Field(default_factory=list, description="modules imported before the spec is checked, which "
+                               "register providers, rerankers, index kinds or dataset formats (found next to the spec, "
+                               "then in python_path, then on sys.path)")
+    python_path: list[Path] = Field(default_factory=list, description="folders searched for plugins and for the modules "
+                                    "of kind: python, after the spec's own folder and before sys.path")
 
     @field_validator("k")
     @classmethod
@@ -275,6 +280,7 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    import_spec_plugins(raw, path.parent)
     try:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
@@ -288,6 +294,27 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
     if problems:
         raise SpecError(f"{path}: invalid benchmark spec:\n" + "\n".join(f"  {line}" for line in problems))
     return _resolve_paths(spec, path.parent)
+
+
+def code_folders(raw_python_path: Any, base: Path) -> list[str]:
+    """Where a spec's own code is looked for: its folder, then its python_path, absolute."""
+    entries = raw_python_path if isinstance(raw_python_path, list) else []
+    return [str(base.resolve())] + [str((base / str(p)).resolve()) for p in entries]
+
+
+def import_spec_plugins(raw: dict, base: Path) -> None:
+    """The spec's `plugins:` imported before it is checked (their kinds are then known)."""
+    from retbench.tasks.plugins import PluginError, import_plugins
+
+    modules, folders = raw.get("plugins") or [], raw.get("python_path") or []
+    if not isinstance(modules, list) or not all(isinstance(m, str) and m for m in modules):
+        raise SpecError(f"plugins: expected a list of module names such as [my_pkg.retbench_plugins] (got {modules!r})")
+    if not isinstance(folders, list) or not all(isinstance(f, str) and f for f in folders):
+        raise SpecError(f"python_path: expected a list of folders (got {folders!r})")
+    try:
+        import_plugins(modules, code_folders(folders, base))
+    except PluginError as error:
+        raise SpecError(str(error)) from error
 
 
 def depth_errors(spec: BenchmarkSpec) -> list[str]:
@@ -420,13 +447,48 @@ def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:
     from retbench.tasks.store.remote import is_remote
 
     store = spec.store_dir if is_remote(spec.store_dir) else str(resolve(Path(spec.store_dir)))
+    folders = code_folders([str(p) for p in spec.python_path], base)
+    from retbench.tasks.providers import options_model
+    from retbench.tasks.rerankers import reranker_options_model
+
+    providers = [p.model_copy(update={"options": _resolved_options(options_model(p.kind), p.options, base, folders,
+                                                                   f"providers[{i}] ({p.name!r})")})
+                 for i, p in enumerate(spec.providers)]
+    rerankers = [r.model_copy(update={"options": _resolved_options(reranker_options_model(r.kind), r.options, base,
+                                                                   folders, f"rerankers[{i}] ({r.name!r})")})
+                 for i, r in enumerate(spec.rerankers)]
     return spec.model_copy(update={
+        "providers": providers,
+        "rerankers": rerankers,
+        "python_path": [Path(f) for f in folders[1:]],
         "dataset": dataset,
         "queries": resolve_rewrite_files(spec.queries, resolve),
         "output_dir": resolve(spec.output_dir),
         "store_dir": store,
         "store_mirror": resolve(spec.store_mirror),
     })
+
+
+def _resolved_options(model, options: dict, base: Path, folders: list[str], where: str) -> dict:
+    """A kind's options with its path-typed options relative to the spec's folder made absolute,
+    and, for the python kinds, where their code is looked for and the spec key errors name."""
+    from retbench.tasks.user_code import UserCodeOptions
+
+    if model is None:
+        return options
+    resolved = dict(options)
+    for name, field in model.model_fields.items():
+        value = resolved.get(name)
+        if isinstance(value, str) and _is_path_field(field.annotation) and not Path(value).is_absolute():
+            resolved[name] = str((base / value).resolve())
+    if issubclass(model, UserCodeOptions):
+        resolved["search_path"] = folders
+        resolved["where"] = where
+    return resolved
+
+
+def _is_path_field(annotation) -> bool:
+    return annotation is Path or Path in getattr(annotation, "__args__", ())
 
 
 _SLUG = re.compile(r"[^a-z0-9-]+")

@@ -21,13 +21,16 @@ def _builtin() -> dict[str, type[Provider]]:
     from retbench.tasks.providers.hashing import HashingProvider
     from retbench.tasks.providers.ollama import OllamaProvider
     from retbench.tasks.providers.openai_compatible import OpenAICompatibleProvider
+    from retbench.tasks.providers.precomputed import PrecomputedProvider
+    from retbench.tasks.providers.python_callable import PythonProvider
     from retbench.tasks.providers.sentence_transformers import SentenceTransformersProvider
     from retbench.tasks.providers.tei import TEIProvider
     from retbench.tasks.providers.voyage import VoyageProvider
 
     return {provider.kind: provider for provider in (
         E5MultilingualProvider, FinetunedProvider, HashingProvider, SentenceTransformersProvider,
-        CohereProvider, OllamaProvider, OpenAICompatibleProvider, TEIProvider, VoyageProvider)}
+        CohereProvider, OllamaProvider, OpenAICompatibleProvider, TEIProvider, VoyageProvider, PythonProvider,
+        PrecomputedProvider)}
 
 
 _REGISTRY: Registry[type[Provider]] = Registry("provider", _builtin)

@@ -14,7 +14,10 @@ default here, so the pipeline never probes with `hasattr`:
 - `timed_calls`: per-call latency for the latency profile (default: sequential);
   `concurrent` says whether the profile should sweep the number of concurrent calls;
 - `first_use_modules`: what its first `encode` imports (`retbench run` imports them while
-  Prefect's API server boots, when the provider has texts to embed).
+  Prefect's API server boots, when the provider has texts to embed);
+- `keyed_by_id`: `encode` is handed ids, not texts, and the cache is keyed by them (vectors
+  made elsewhere, tasks/providers/precomputed.py); `check_ids` then says before any work what
+  the ids of the run and the provider's own ids disagree on.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ class Provider:
     kind: ClassVar[str] = "provider"
     Options: ClassVar[type[BaseModel]] = NoOptions
     concurrent: ClassVar[bool] = False  # calls may overlap (HTTP): the latency profile sweeps concurrency
+    keyed_by_id: ClassVar[bool] = False  # encode() takes ids, not texts (no model to time, nothing to tokenise)
 
     def __init__(self, **options):
         self.options = self.Options(**options)
@@ -86,6 +90,12 @@ class Provider:
 
     def first_use_modules(self) -> tuple[str, ...]:
         return ()
+
+    def check_ids(self, needed: dict[str, set[str]], known: dict[str, set[str] | None], chunking: str) -> list[str]:
+        """Problems between the run's ids and a provider keyed by id, found before any work
+        (`needed`: role -> ids the run embeds; `known`: role -> every id of the collection, or
+        None when not all are known); a provider that embeds texts has none."""
+        return []
 
     def plan_batches(self, texts: Sequence[str], role: Role, batch_size: int) -> list[list[int]]:
         return [list(range(start, min(start + batch_size, len(texts)))) for start in range(0, len(texts), batch_size)]

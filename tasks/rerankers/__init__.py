@@ -17,11 +17,13 @@ def _builtin() -> dict[str, Callable[..., Reranker]]:
     from retbench.tasks.rerankers.cross_encoder import CrossEncoderReranker
     from retbench.tasks.rerankers.embedding_rescore import EmbeddingRescoreReranker
     from retbench.tasks.rerankers.jina_rerank import JinaReranker
+    from retbench.tasks.rerankers.python_callable import PythonReranker
     from retbench.tasks.rerankers.tei_rerank import TeiReranker
     from retbench.tasks.rerankers.voyage_rerank import VoyageReranker
 
     return {reranker.kind: reranker for reranker in (
-        CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker)}
+        CrossEncoderReranker, EmbeddingRescoreReranker, CohereReranker, JinaReranker, TeiReranker, VoyageReranker,
+        PythonReranker)}
 
 
 _REGISTRY: Registry[Callable[..., Reranker]] = Registry("reranker", _builtin)

@@ -21,7 +21,39 @@ def preflight(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
     from retbench.tasks.stages.prepare import check_inputs
 
     check_inputs(spec)
-    return validated_dataset(spec)
+    dataset, key = validated_dataset(spec)
+    id_problems = provider_id_problems(spec, dataset)
+    if id_problems:
+        raise SpecError(f"the vectors do not fit the dataset:\n" + "\n".join(f"  {line}" for line in id_problems))
+    return dataset, key
+
+
+def provider_id_problems(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:
+    """For providers keyed by id (vectors made elsewhere): ids without a vector, vectors of ids the
+    collection does not have, dimensions that differ, chunking or query variants that cannot fit."""
+    from retbench.tasks.providers import create_provider, provider_class
+    from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus
+
+    problems: list[str] = []
+    keyed = [(i, p) for i, p in enumerate(spec.providers) if provider_class(p.kind).keyed_by_id]
+    if not keyed:
+        return problems
+    query_ids = set(dataset.queries["query_id"].to_list())
+    others = spec.dataset.split != "all" or bool(dataset.unjudged_queries)
+    known = {"document": set(dataset.corpus["doc_id"].to_list()), "query": None if others else query_ids}
+    for variant in spec.chunking_variants:
+        config = ChunkConfig(**variant.model_dump(exclude={"name"}))
+        chunk_ids = set(chunk_corpus(dataset.corpus, config)["chunk_id"].to_list())
+        for i, provider_spec in keyed:
+            where = f"providers[{i}] ({provider_spec.name!r}, kind {provider_spec.kind})"
+            if spec.queries.variants:
+                problems.append(f"{where}: serves one vector per query id, but queries.variants rewrite the query texts; "
+                                f"leave the variants out of a spec with vectors made elsewhere")
+                continue
+            provider = create_provider(provider_spec.kind, provider_spec.options)
+            found = provider.check_ids({"document": chunk_ids, "query": query_ids}, known, variant.strategy)
+            problems += [f"{where}: {line}" for line in found if f"{where}: {line}" not in problems]
+    return problems
 
 
 def validated_dataset(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
@@ -191,12 +223,13 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
     cached = cached_keys(directory) if inspected and directory.is_dir() else set()
     missing: set[str] = set()
     indexes = []
+    by_id = provider.keyed_by_id  # vectors made elsewhere: the cache is keyed by id, not by text
     for name, table in chunk_tables.items():
-        keys = [cache_key(fp_hash, "document", text) for text in table["text"].to_list()]
+        keys = [cache_key(fp_hash, "document", text) for text in table["chunk_id" if by_id else "text"].to_list()]
         missing.update(k for k in keys if k not in cached)
         folder = store / "indexes" / embedding_set_key(fp_hash, "document", keys, table["chunk_id"].to_list())[:32]
         indexes += [IndexWork(labels[name], s.kind, s.file_name, inspected and (folder / s.file_name).is_file())
                     for s in plans[name].settings]
-    for _, texts in query_texts.values():
-        missing.update(k for k in (cache_key(fp_hash, "query", t) for t in texts) if k not in cached)
+    for ids, texts in query_texts.values():
+        missing.update(k for k in (cache_key(fp_hash, "query", t) for t in (ids if by_id else texts)) if k not in cached)
     return ProviderWork(provider_spec.name, total, len(missing)), indexes

@@ -21,7 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from retbench.flows import interrupts
 from retbench.flows.interrupts import refusing_after_stop
-from retbench.tasks.config.spec import load_spec, slug
+from retbench.tasks.config.spec import load_spec, load_spec_data, slug
 from retbench.tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
 from retbench.tasks.progress import Interrupted, first_interruption
 from retbench.tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
@@ -116,8 +116,9 @@ def _pass_stop_to_dask_workers() -> None:
 @flow(name="benchmark", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | None = None,
               stage: str = "score", providers: list[str] | None = None, force: bool = False,
-              remeasure: bool = False) -> str:
-    """Run the benchmark described by the spec file up to `stage`; returns the output directory."""
+              remeasure: bool = False, spec_data: dict | None = None) -> str:
+    """Run the benchmark described by the spec file up to `stage`; returns the output directory.
+    `spec_data`: the spec itself (retbench.run), `spec_path` then the file or folder it stands for."""
     # The stages log progress and the summary at INFO on the "retbench" logger, which Prefect
     # shows as this run's logs (PREFECT_LOGGING_EXTRA_LOGGERS); its default level would hide them.
     logging.getLogger("retbench").setLevel(logging.INFO)
@@ -129,7 +130,10 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
         _pass_stop_to_dask_workers()
     if deployment.id is not None:
         interrupts.quiet_stops()
-    spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
+    if spec_data is not None:
+        spec = load_spec_data(spec_data, spec_path, output_dir=output_dir, store_dir=store_dir)
+    else:
+        spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     selection = Selection(stage=stage, providers=tuple(providers or ()), force=force, remeasure=remeasure)
     try:
         result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(),

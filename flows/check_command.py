@@ -1,6 +1,7 @@
 """`retbench check SPEC`: the run's pre-flight without the run: exit 0 with one paragraph of what
 a run would do and how much of it is cached, or exit 2 with one `retbench: ...` line. No Prefect,
-no model: the caches are judged by content keys alone (tasks/stages/preflight.py)."""
+no model: the caches are judged by content keys alone (tasks/stages/preflight.py); only your own
+code (kind: python) is imported and tried on two texts."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ def run(args) -> int:
     import textwrap
 
     from retbench.tasks.config.spec import load_spec
-    from retbench.tasks.stages.preflight import plan_run, preflight
+    from retbench.tasks.stages.preflight import plan_run, preflight, try_user_code
     from retbench.tasks.store.remote import is_remote
 
     store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
@@ -31,4 +32,6 @@ def run(args) -> int:
                      store_dir=store_dir)
     dataset, key = preflight(spec)
     print(textwrap.fill(plan_run(spec, dataset, key).summary(), width=100, break_on_hyphens=False))
+    for line in try_user_code(spec, dataset):
+        print(textwrap.fill(line, width=100, break_on_hyphens=False))
     return 0

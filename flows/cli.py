@@ -42,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
-    from retbench.flows import check_command, eval_command, hard_negatives_command, init_command
+    from retbench.flows import check_command, eval_command, hard_negatives_command, init_command, plugins_command
 
     init_command.add_parser(commands)
     check_command.add_parser(commands)
     eval_command.add_parser(commands)
     hard_negatives_command.add_parser(commands)
+    plugins_command.add_parser(commands)
 
     args = parser.parse_args(argv)
     command_itself = argv is None and args.command == "run"  # not a caller in Python, whose process this is not

@@ -34,10 +34,12 @@ def _is_expected(error: BaseException) -> bool:
     from retbench.tasks.progress import Interrupted
     from retbench.tasks.store.integrity import StoreError
     from retbench.flows.environment import EnvironmentFault
+    from retbench.tasks.plugins import PluginError
+    from retbench.tasks.user_code import UserCodeError
 
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
-                          EnvironmentFault, Interrupted)):
+                          EnvironmentFault, Interrupted, UserCodeError, PluginError)):
         return True
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

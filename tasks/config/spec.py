@@ -279,7 +279,16 @@ def load_spec(path: str | Path, **overrides: Any) -> BenchmarkSpec:
         raise SpecError(f"{path}: nested too deeply to be a benchmark spec") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
-    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return load_spec_data(raw, path, **overrides)
+
+
+def load_spec_data(raw: dict, path: str | Path, **overrides: Any) -> BenchmarkSpec:
+    """Validate and resolve a spec given as a mapping (what a spec file holds); `path` is the file it
+    came from or stands for: relative paths in it are resolved against its folder."""
+    path = Path(path)
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
+    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
     import_spec_plugins(raw, path.parent)
     try:
         spec = BenchmarkSpec.model_validate(raw)

@@ -24,6 +24,7 @@ def _builtin() -> dict[str, FormatReader]:
 
 
 _REGISTRY: Registry[FormatReader] = Registry("dataset format", _builtin)
+kind_origins = _REGISTRY.origins  # kind -> built-in, an entry point, a spec plug-in (`retbench plugins`)
 known_formats = _REGISTRY.kinds
 format_reader = _REGISTRY.get
 

@@ -18,6 +18,7 @@ def _builtin() -> dict[str, IndexKind]:
 
 
 _REGISTRY: Registry[IndexKind] = Registry("index", _builtin)
+kind_origins = _REGISTRY.origins  # kind -> built-in, an entry point, a spec plug-in (`retbench plugins`)
 known_kinds = _REGISTRY.kinds
 index_kind = _REGISTRY.get
 

@@ -34,6 +34,7 @@ def _builtin() -> dict[str, type[Provider]]:
 
 
 _REGISTRY: Registry[type[Provider]] = Registry("provider", _builtin)
+kind_origins = _REGISTRY.origins  # kind -> built-in, an entry point, a spec plug-in (`retbench plugins`)
 register = _REGISTRY.register
 known_kinds = _REGISTRY.kinds
 provider_class = _REGISTRY.get

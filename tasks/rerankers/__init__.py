@@ -27,6 +27,7 @@ def _builtin() -> dict[str, Callable[..., Reranker]]:
 
 
 _REGISTRY: Registry[Callable[..., Reranker]] = Registry("reranker", _builtin)
+kind_origins = _REGISTRY.origins  # kind -> built-in, an entry point, a spec plug-in (`retbench plugins`)
 register = _REGISTRY.register
 known_kinds = _REGISTRY.kinds
 

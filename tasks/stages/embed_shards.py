@@ -13,6 +13,7 @@ part left in `pending/`) skips the rows written since the part was planned.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -33,6 +34,7 @@ from retbench.tasks.store import shards
 from retbench.tasks.store.build import build_once, need_work
 from retbench.tasks.store.integrity import parquet_readable
 
+log = logging.getLogger("retbench.embed")
 _PLANNED = b"planned_ns"  # part metadata: rows written to the cache after this moment are done
 
 
@@ -213,9 +215,19 @@ def _embed_items(provider, plan: EmbedPlan, part: Path, items, batch_size, dim, 
         return 0, 0, "none", dim
     # Similar lengths in one batch waste less padding; the cache is keyed, so order does not matter.
     items = sorted(items, key=lambda item: len(item[1]))
+    batches = _batches(provider, plan.role, items, batch_size)
+    try:
+        return _journal_batches(provider, plan, part, batches, dim, shown)
+    except Exception:
+        if shown.done > shown.before:  # said once, next to the error: nothing done is lost
+            log.info(f"{plan.provider} {plan.role} texts: the batches embedded before the failure are kept; "
+                     f"a rerun embeds only the rest")
+        raise
+
+
+def _journal_batches(provider, plan: EmbedPlan, part: Path, batches, dim, shown: Progress):
     done = tokens = 0
     sources: list[str] = []
-    batches = _batches(provider, plan.role, items, batch_size)
     with contextlib.ExitStack() as stack:
         stack.callback(batches.close)  # stops a provider's in-flight requests if we failed first
         append = None

@@ -233,3 +233,49 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
     for ids, texts in query_texts.values():
         missing.update(k for k in (cache_key(fp_hash, "query", t) for t in (ids if by_id else texts)) if k not in cached)
     return ProviderWork(provider_spec.name, total, len(missing)), indexes
+
+
+def try_user_code(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:
+    """`retbench check` on providers and rerankers of kind python: each is imported and made, and
+    given one document and one query of the dataset (a reranker: one query, two documents), so a
+    wrong import, a crash or a wrong shape shows before a run; nothing is cached. One line each,
+    with the dimension and the time per text (loading apart)."""
+    import time
+
+    from retbench.tasks.providers import create_provider
+    from retbench.tasks.rerankers import create_reranker
+
+    documents = [t for t in dataset.corpus["text"].to_list() if t.strip()][:2] or ["a document"]
+    query = dataset.queries["text"][0] if dataset.queries.height else "a query"
+    lines = []
+    for i, provider_spec in enumerate(spec.providers):
+        if provider_spec.kind != "python":
+            continue
+        provider = create_provider(provider_spec.kind, provider_spec.options)
+        started = time.perf_counter()
+        provider.encoder()
+        loaded = time.perf_counter() - started
+        started = time.perf_counter()
+        vectors = [provider.encode([documents[0]], "document"), provider.encode([query], "query")]
+        per_text = (time.perf_counter() - started) / 2
+        dims = {v.shape[1] for v in vectors}
+        if len(dims) > 1:
+            raise SpecError(f"providers[{i}] ({provider_spec.name!r}): the document vector is {vectors[0].shape[1]}-"
+                            f"dimensional but the query vector {vectors[1].shape[1]}-dimensional")
+        lines.append(f"{provider.options.described}: {dims.pop()}-dimensional "
+                     f"vectors, {1000 * per_text:.1f} ms per text (one document and one query embedded now, not cached; "
+                     f"made in {loaded:.2f} s).")
+    for i, reranker_spec in enumerate(spec.rerankers):
+        if reranker_spec.kind != "python":
+            continue
+        reranker = create_reranker(reranker_spec.kind, reranker_spec.options)
+        started = time.perf_counter()
+        reranker.scorer()
+        loaded = time.perf_counter() - started
+        started = time.perf_counter()
+        reranker.score(query, (documents * 2)[:2])
+        per_pair = (time.perf_counter() - started) / 2
+        lines.append(f"{reranker.options.described}: "
+                     f"{1000 * per_pair:.1f} ms per pair (one query and two documents scored now, not cached; "
+                     f"made in {loaded:.2f} s).")
+    return lines

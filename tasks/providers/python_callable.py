@@ -247,10 +247,15 @@ def _object_encoder(obj: Any, where: str) -> Encoder | None:
 
 
 def _parameters(function: Callable) -> dict[str, inspect.Parameter]:
+    """The signature's parameters, annotations evaluated where they can be (a module written with
+    `from __future__ import annotations` holds them as strings)."""
     try:
-        return dict(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return {}
+        return dict(inspect.signature(function, eval_str=True).parameters)
+    except Exception:  # noqa: BLE001  an annotation that does not evaluate: its text is enough
+        try:
+            return dict(inspect.signature(function).parameters)
+        except (TypeError, ValueError):
+            return {}
 
 
 def _batch_keyword(function: Callable, size: int) -> dict:

@@ -7,10 +7,14 @@ import numpy as np
 
 def l2_normalized(vectors: np.ndarray) -> np.ndarray:
     """A float32, C-ordered copy with unit-length rows; an all-zero row (a text with no
-    hashable features) stays zero rather than NaN."""
+    hashable features) stays zero rather than NaN. A row already of unit length (within float32
+    rounding) is kept bit for bit: dividing it by its norm again would move its last bits, so
+    vectors read back from the cache (precomputed vectors exported from it) would not give
+    exactly the same scores as the run that cached them."""
     out = np.array(vectors, dtype=np.float32, order="C", copy=True)
-    norms = np.sqrt(np.einsum("ij,ij->i", out, out))[:, None]
-    out /= np.where(norms == 0, 1.0, norms)
+    norms = np.sqrt(np.einsum("ij,ij->i", out.astype(np.float64), out.astype(np.float64)))[:, None]
+    unit = np.abs(norms - 1.0) <= 4 * np.finfo(np.float32).eps
+    out /= np.where((norms == 0) | unit, 1.0, norms).astype(np.float32)
     return out
 
 

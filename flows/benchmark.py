@@ -121,7 +121,8 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     `spec_data`: the spec itself (retbench.run), `spec_path` then the file or folder it stands for."""
     # The stages log progress and the summary at INFO on the "retbench" logger, which Prefect
     # shows as this run's logs (PREFECT_LOGGING_EXTRA_LOGGERS); its default level would hide them.
-    logging.getLogger("retbench").setLevel(logging.INFO)
+    retbench_log = logging.getLogger("retbench")
+    retbench_log.setLevel(max(logging.INFO, retbench_log.level))  # quieter only if a caller asked (retbench.run)
     # SIGINT/SIGTERM stop the run after the batch in flight (flows/interrupts.py), in place of
     # the SIGTERM handler Prefect's engine has just installed for this flow run: in `retbench run`
     # and in a deployment's flow-run process, not in a Python caller's process (a test's).

@@ -50,7 +50,7 @@ def run_if_cached(spec, selection, spec_path: str) -> bool:
     held = _HeldBack()
     level = log.level
     log.addHandler(held)
-    log.setLevel(logging.INFO)
+    log.setLevel(quietest(log))
     try:
         with cached_only():
             result = run_pipeline(spec, selection, spec_path=spec_path, runner=Runner(), run_id=str(uuid.uuid4()))
@@ -66,6 +66,11 @@ def run_if_cached(spec, selection, spec_path: str) -> bool:
     _print(held, f"nothing to compute: every stage's output was in the store, so this run ran without Prefect "
                  f"(no flow run recorded; --prefect to record one); output in {result.output_dir}")
     return True
+
+
+def quietest(logger: logging.Logger) -> int:
+    """INFO, or the logger's own level when a caller set it quieter (retbench.run(log=False))."""
+    return max(logging.INFO, logger.level)
 
 
 def _print(held: _HeldBack, last: str | None = None) -> None:

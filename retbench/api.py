@@ -41,14 +41,16 @@ def run(spec: str | os.PathLike | Mapping[str, Any], *, providers: Mapping[str, 
             only, so a run with objects is refused on Dask: name them by import path instead.
         prefect: run as a Prefect flow even when every output is cached (otherwise such a run skips
             Prefect, as `retbench run` does).
-        log: print the run's progress lines (the "retbench" logger, INFO) to stderr.
+        log: print the run's progress lines (the "retbench" logger at INFO); False: its warnings only.
 
     Returns:
         Results: the output folder's tables as polars frames, the verdict and the report's path.
 
     Raises:
-        the error that stopped the run (a refused spec or dataset names the key, file and line);
-        `retbench.Interrupted` after Ctrl-C, which stops after the batch in flight, keeping it.
+        SpecError: a refused spec, dataset or vector file (the message names the key, file and line);
+            other errors that stop a run are raised as they are.
+        UserCodeError: your code raised, or returned something else than one vector per text.
+        Interrupted: Ctrl-C stopped the run after the batch in flight, keeping it.
     """
     from retbench.tasks.config.spec import SpecError
 
@@ -59,10 +61,16 @@ def run(spec: str | os.PathLike | Mapping[str, Any], *, providers: Mapping[str, 
         raise SpecError(f"{', '.join(live)}: Python objects run in this process; on Dask name them by import path "
                         f"(\"module:attribute\"), which every worker imports")
     overrides = {"output_dir": _absolute(output_dir), "store_dir": _absolute_store(store_dir)}
-    if log:
-        _show_progress()
-    output = _in_a_thread(lambda: _run(raw, spec_path, overrides, stage, list(only or ()), force, remeasure, dask,
-                                       prefect))
+    # The run's lines at INFO, or its warnings only; Prefect prints the "retbench" logger's records
+    # in a flow run (PREFECT_LOGGING_EXTRA_LOGGERS), the fast path its own.
+    logger = logging.getLogger("retbench")
+    level = logger.level
+    logger.setLevel(logging.INFO if log else logging.WARNING)
+    try:
+        output = _in_a_thread(lambda: _run(raw, spec_path, overrides, stage, list(only or ()), force, remeasure, dask,
+                                           prefect))
+    finally:
+        logger.setLevel(level)
     return Results(output)
 
 
@@ -255,11 +263,3 @@ def _in_a_thread(work) -> Any:
             raise first_interruption() or error from None
         raise error
     return outcome["value"]
-
-
-def _show_progress() -> None:
-    """The run's progress lines at INFO: Prefect prints the "retbench" logger's records in a flow
-    run (PREFECT_LOGGING_EXTRA_LOGGERS), the fast path prints its own."""
-    logger = logging.getLogger("retbench")
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
-        logger.setLevel(logging.INFO)

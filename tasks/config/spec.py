@@ -198,7 +198,7 @@ class _BenchmarkSpecBase(_Strict):
     statistics: StatisticsSpec = Field(default_factory=StatisticsSpec)
     lexical: list[LexicalSpec] = Field(default_factory=list, description="BM25 first stages (bm25s), each a setting")
     rerankers: list[RerankerSpec] = Field(default_factory=list)
-    systems: list[SystemSpec] = Field(default_factory=list, description="first stage [+ second, fused] [+ reranker]")
+    systems: list[SystemSpec] = Field(default_factory=list, description="a first stage, optionally fused with a second, optionally reranked")
     report: ReportSpec = Field(default_factory=ReportSpec)
     plugins: list[str] = Field(default_factory=list, description="modules imported before the spec is checked, which "
                                "register providers, rerankers, index kinds or dataset formats (found next to the spec, "

@@ -303,20 +303,53 @@ def test_a_plugin_package_installed_with_an_entry_point_adds_a_provider(tmp_path
 
 
 def test_a_spec_plugins_module_next_to_the_spec_registers_before_the_spec_is_checked(tmp_path):
+    """Each of the four registries takes a kind from a plug-in module: a provider, a reranker, an
+    index kind and a dataset format, all used by one spec and listed by `retbench plugins`."""
     (tmp_path / "local_kinds.py").write_text(textwrap.dedent("""\
-        from retbench.tasks.providers import register
+        import retbench
+        from retbench.tasks.datasets import jsonl
+        from retbench.tasks.indexes.sq import SQ
         from retbench.tasks.providers.hashing import HashingProvider
+        from retbench.tasks.rerankers.python_callable import PythonReranker
 
-        @register("spec-plugin-hashing")
+
+        @retbench.register_provider("spec-plugin-hashing")
         class SpecPluginHashing(HashingProvider):
             kind = "spec-plugin-hashing"
+
+
+        @retbench.register_reranker("spec-plugin-reranker")
+        class SpecPluginReranker(PythonReranker):
+            kind = "spec-plugin-reranker"
+
+
+        class SpecPluginSq(SQ):
+            name = "spec-plugin-sq"
+
+
+        retbench.register_index_kind(SpecPluginSq())
+        retbench.register_dataset_format(retbench.FormatReader("spec-plugin-jsonl", jsonl.READER.options,
+                                                               jsonl.READER.read_rows))
         """))
+    (tmp_path / "scoring.py").write_text("def score(query, documents):\n    return [-len(d) for d in documents]\n")
     spec = write_spec(tmp_path, [{"name": "p", "kind": "spec-plugin-hashing", "options": {"dim": 64}}],
-                      plugins=["local_kinds"])
+                      plugins=["local_kinds"],
+                      rerankers=[{"name": "short-first", "kind": "spec-plugin-reranker", "options": {"callable": "scoring:score"}}],
+                      systems=[{"name": "p+short", "first": "p/flat", "rerank": "short-first", "top_n": 10}])
+    raw = yaml.safe_load(spec.read_text())
+    raw["dataset"]["format"] = "spec-plugin-jsonl"
+    raw["indexes"]["spec-plugin-sq"] = {"qtype": "fp16"}
+    spec.write_text(yaml.safe_dump(raw))
     listed = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "plugins", str(spec)], capture_output=True,
                             text=True, timeout=120, check=True).stdout
-    assert any(line.split()[1:] == ["spec-plugin-hashing", "spec", "plugins:", "local_kinds"] for line in listed.splitlines())
-    assert run(spec).manifest["providers"]["p"]["kind"] == "spec-plugin-hashing"
+    origins = {tuple(line.split()[:-3]): line.split()[-3:] for line in listed.splitlines() if "spec-plugin" in line}
+    assert origins == {(what, *kind.split()): ["spec", "plugins:", "local_kinds"] for what, kind in (
+        ("provider", "spec-plugin-hashing"), ("reranker", "spec-plugin-reranker"), ("index", "kind spec-plugin-sq"),
+        ("dataset", "format spec-plugin-jsonl"))}
+    result = run(spec)
+    assert result.manifest["providers"]["p"]["kind"] == "spec-plugin-hashing"
+    assert "spec-plugin-sq" in {i["settings"]["kind"] for i in result.manifest["indexes"]}
+    assert ("p+short", "ndcg@10") in means(result.output_dir)
     missing = write_spec(tmp_path, [{"name": "p", "kind": "hashing"}], name="missing", plugins=["not_a_module"])
     from retbench.tasks.config.spec import SpecError, load_spec
 

@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import inspect
+import re
 import sys
 import sysconfig
 import threading
@@ -24,6 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+_SECRET_NAME = re.compile(r"(api_?key|token|secret|password|credential)", re.I)  # kwargs that must not be hashed
 _IMPORTING = threading.RLock()  # sys.path and sys.modules are the process's: one import at a time
 _LOADED: dict[str, tuple[str, str]] = {}  # module name -> (file, digest of its bytes) when we imported it
 _LIVE: dict[str, Any] = {}  # token -> an object handed to retbench.run in this process
@@ -345,6 +347,9 @@ class UserCodeOptions(BaseModel):
     hash_source: bool = Field(True, description="the digest of the code (the defining module and the user modules it "
                               "imports, without docstrings and comments) is part of the cache identity; false: only "
                               "the import name, kwargs and version are")
+    secret_kwargs: dict[str, str] = Field(default_factory=dict, description="kwarg name -> environment variable holding "
+                                          "its value (an API key): read when the code is made, never written into the "
+                                          "cache identity, the manifest or a message")
     search_path: list[str] = Field(default_factory=list, description="set by the spec loader: the spec's folder, then "
                                    "python_path; not part of the cache identity")
     where: str = Field("python", description="set by the spec loader: the spec key named in errors")
@@ -355,6 +360,13 @@ class UserCodeOptions(BaseModel):
             raise ValueError("give callable: \"module:attribute\" (a function, class or factory)")
         if self.callable is not None:
             split_reference(self.callable)
+        secret_looking = sorted(k for k in self.kwargs if _SECRET_NAME.search(k))
+        if secret_looking:
+            raise ValueError(f"kwargs.{secret_looking[0]} looks like a secret, and kwargs are written into the cache "
+                             f"identity and the manifest: pass it as secret_kwargs: {{{secret_looking[0]}: ENV_VARIABLE}}")
+        both = sorted(set(self.kwargs) & set(self.secret_kwargs))
+        if both:
+            raise ValueError(f"{both[0]} is in kwargs and in secret_kwargs; give it once")
         return self
 
     @property
@@ -372,6 +384,8 @@ class UserCodeOptions(BaseModel):
         """The cache identity: kind, kwargs, version, and the import name with its code digest, or
         the live object's identity with `probe()` (a signature of what it returns)."""
         identity: dict[str, Any] = {"kind": kind, "kwargs": self.kwargs, "version": self.version}
+        if self.secret_kwargs:
+            identity["secret_kwargs"] = sorted(self.secret_kwargs)  # their names only, never their values
         if self.callable is not None:
             identity["callable"] = self.callable
             if self.hash_source:

@@ -18,11 +18,13 @@ of the code (tasks/user_code.py), or for a live object its name, code and a prob
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import inspect
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from functools import cached_property
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -85,11 +87,18 @@ class PythonProvider(Provider):
         with self._loading:
             if self._encoder is None:
                 o = self.options
-                self._encoder = adapt(o.target(), o.kwargs, o.factory, o.described)
+                with redacting(self._secrets):
+                    self._encoder = adapt(o.target(), {**o.kwargs, **self._secrets}, o.factory, o.described)
         return self._encoder
 
+    @cached_property
+    def _secrets(self) -> dict[str, str]:
+        return secret_values(self.options)
+
     def encode(self, texts: list[str], role: Role) -> np.ndarray:
-        return self.encoder().encode(list(texts), role)
+        encoder = self.encoder()
+        with redacting(self._secrets):
+            return encoder.encode(list(texts), role)
 
     def encode_batches(self, batches: Sequence[list[str]], role: Role) -> Iterator[tuple[int, BatchResult]]:
         if self.options.threads == 1:
@@ -99,7 +108,8 @@ class PythonProvider(Provider):
 
         def one(batch: list[str]) -> BatchResult:
             started = time.perf_counter()
-            vectors = encoder.encode(list(batch), role)
+            with redacting(self._secrets):
+                vectors = encoder.encode(list(batch), role)
             seconds = time.perf_counter() - started
             counts, source = self.token_counts(batch, role)
             return BatchResult(vectors, int(sum(counts)), source, seconds, row_tokens=tuple(counts))
@@ -163,6 +173,28 @@ class PythonProvider(Provider):
 
     def without_window(self) -> str:
         return "no input window known (a python callable); none counted as truncated"
+
+
+def secret_values(options: UserCodeOptions) -> dict[str, str]:
+    """secret_kwargs resolved from the environment: kwarg name -> value (a missing variable is refused)."""
+    from retbench.tasks.providers.secrets import resolve_secret
+
+    return {name: resolve_secret(env=variable, what=f"{options.where} secret_kwargs.{name}").get_secret_value()
+            for name, variable in options.secret_kwargs.items()}
+
+
+@contextlib.contextmanager
+def redacting(secrets: dict[str, str]):
+    """A UserCodeError raised inside says *** where its message held a secret's value (an
+    exception of the user's code may quote the key it was given)."""
+    try:
+        yield
+    except UserCodeError as error:
+        if not secrets:
+            raise
+        from retbench.tasks.providers.secrets import redact
+
+        raise UserCodeError(redact(str(error), *secrets.values())) from error.__cause__
 
 
 # ---------------------------------------------------------------- adapting what the callable names

@@ -83,7 +83,7 @@ def env_references(options: Any) -> list[tuple[str, str]]:
     # An explicit Secret block wins over a kind's default variable (as in HttpProvider.api_key).
     if env and not (getattr(options, "api_key_secret", None) and "api_key_env" not in options.model_fields_set):
         references.append(("api_key_env", env))
-    for field in ("secret_headers", "query_params_env"):
+    for field in ("secret_headers", "query_params_env", "secret_kwargs"):
         for name, variable in (getattr(options, field, None) or {}).items():
             references.append((f"{field}.{name}", variable))
     return references

@@ -34,6 +34,7 @@ class PythonReranker:
     def __init__(self, **options):
         self.options = PythonRerankerOptions(**options)
         self._scorer: Callable[[list[tuple[str, str]]], Any] | None = None
+        self._secrets: dict[str, str] = {}
         self._loading = threading.Lock()
         self._fingerprint: dict | None = None
 
@@ -60,8 +61,12 @@ class PythonReranker:
     def scorer(self) -> Callable[[list[tuple[str, str]]], Any]:
         with self._loading:
             if self._scorer is None:
-                self._scorer = adapt(self.options.target(), self.options.kwargs, self.options.factory,
-                                     self.options.described)
+                from retbench.tasks.providers.python_callable import redacting, secret_values
+
+                self._secrets = secret_values(self.options)
+                with redacting(self._secrets):
+                    self._scorer = adapt(self.options.target(), {**self.options.kwargs, **self._secrets},
+                                         self.options.factory, self.options.described)
         return self._scorer
 
     def score(self, query: str, documents: list[str]) -> np.ndarray:
@@ -71,15 +76,18 @@ class PythonReranker:
         return self.score_pairs([(query, d) for d in documents])
 
     def score_pairs(self, pairs: list[tuple[str, str]]) -> RerankBatch:
+        from retbench.tasks.providers.python_callable import redacting
+
         scorer = self.scorer()
         started = time.perf_counter()
-        try:
-            value = scorer(list(pairs))
-        except UserCodeError:
-            raise
-        except Exception as error:  # noqa: BLE001  the user's code raised: one line naming it
-            raise raised(self.options.described, error, f"on a batch of {len(pairs)} (query, document) pairs") from error
-        return RerankBatch(as_scores(value, len(pairs), self.options.described), time.perf_counter() - started)
+        with redacting(self._secrets):
+            try:
+                value = scorer(list(pairs))
+            except UserCodeError:
+                raise
+            except Exception as error:  # noqa: BLE001  the user's code raised: one line naming it
+                raise raised(self.options.described, error, f"on a batch of {len(pairs)} (query, document) pairs") from error
+            return RerankBatch(as_scores(value, len(pairs), self.options.described), time.perf_counter() - started)
 
 
 def adapt(target: Any, kwargs: dict, factory: bool | None, where: str) -> Callable[[list[tuple[str, str]]], Any]:

@@ -273,3 +273,32 @@ def _live(obj):
     from retbench.tasks.user_code import keep_live
 
     return keep_live(obj, "test")
+
+
+def test_a_secret_goes_through_the_environment_never_into_the_identity_or_a_message(monkeypatch):
+    with pytest.raises(ValueError, match=r"kwargs.api_key looks like a secret.*secret_kwargs: \{api_key: ENV_VARIABLE\}"):
+        create_provider("python", {"callable": "m:f", "kwargs": {"api_key": "sk-live-123456"}})
+    seen = {}
+
+    def make_client(api_key, model="small"):
+        seen["key"] = api_key
+
+        def embed(texts):
+            raise ConnectionError(f"401 for key {api_key}")
+
+        return embed
+
+    from retbench.tasks.providers.secrets import SecretLookupError
+
+    monkeypatch.delenv("OUR_EMBED_KEY", raising=False)
+    provider = PythonProvider.for_object(make_client, "client", kwargs={"model": "small"},
+                                         secret_kwargs={"api_key": "OUR_EMBED_KEY"}, where="providers[0] ('client')")
+    with pytest.raises(SecretLookupError, match="OUR_EMBED_KEY is not set"):
+        provider.encode(["x"], "query")
+    monkeypatch.setenv("OUR_EMBED_KEY", "sk-live-123456")
+    provider = PythonProvider(**{**provider.options.model_dump(), "where": "providers[0] ('client')"})
+    with pytest.raises(UserCodeError) as refused:
+        provider.encode(["x"], "query")
+    assert seen["key"] == "sk-live-123456" and "sk-live" not in str(refused.value) and "401 for key ***" in str(refused.value)
+    assert provider.options.identity("python")["secret_kwargs"] == ["api_key"]
+    assert "sk-live" not in str(provider.options.identity("python"))

@@ -6,6 +6,7 @@ kinds, the first lookup loads the plug-ins of installed packages and of the spec
 every kind remembers where it came from (`origins`, what `retbench plugins` lists)."""
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Callable, Generic, Mapping, TypeVar
 
@@ -72,9 +73,12 @@ class Registry(Generic[T]):
 
 
 def _same(a, b) -> bool:
-    """The same kind registered again: one object, or a module imported twice (a reload)."""
-    key = lambda f: (getattr(f, "__module__", None), getattr(f, "__qualname__", None) or type(f).__qualname__)  # noqa: E731
-    return a is b or key(a) == key(b)
+    """The same kind registered again: one object, or one class or function defined again by a
+    module imported a second time. Two instances (readers, index kinds) are the same only if identical."""
+    if a is b:
+        return True
+    named = lambda f: isinstance(f, type) or inspect.isfunction(f)  # noqa: E731
+    return named(a) and named(b) and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
 def _defined_in(factory) -> str:

@@ -302,7 +302,7 @@ def test_a_plugin_package_installed_with_an_entry_point_adds_a_provider(tmp_path
     assert json.loads(ran.stdout.strip().splitlines()[-1])["kind"] == "reversed-hashing"
 
 
-def test_a_spec_plugins_module_next_to_the_spec_registers_before_the_spec_is_checked(tmp_path):
+def test_a_spec_plugins_module_next_to_the_spec_registers_before_the_spec_is_checked(tmp_path, registries_restored):
     """Each of the four registries takes a kind from a plug-in module: a provider, a reranker, an
     index kind and a dataset format, all used by one spec and listed by `retbench plugins`."""
     (tmp_path / "local_kinds.py").write_text(textwrap.dedent("""\

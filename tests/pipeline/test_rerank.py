@@ -44,7 +44,7 @@ def text_of(doc_id: str) -> str:
 
 
 def test_registry_knows_every_kind():
-    assert known_kinds() == ["cohere-rerank", "cross-encoder", "embedding-rescore", "jina-rerank", "tei-rerank", "voyage-rerank"]
+    assert known_kinds() == ["cohere-rerank", "cross-encoder", "embedding-rescore", "jina-rerank", "python", "tei-rerank", "voyage-rerank"]
     with pytest.raises(ValueError, match="unknown reranker kind 'nope'"):
         create_reranker("nope")
     with pytest.raises(ValueError, match="extra"):

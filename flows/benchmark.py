@@ -154,6 +154,9 @@ def with_task_runner(dask: str | None):
     cluster (one process per core), anything else is a scheduler address."""
     if not dask:
         return benchmark
+    from retbench.tasks.extras import require
+
+    require("dask")
     from prefect_dask import DaskTaskRunner
 
     if dask == "local":

@@ -11,8 +11,18 @@ from pathlib import Path
 from retbench.tasks.config.stages import STAGES
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("retbench")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retbench", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"retbench {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the benchmark flow for a spec (embedded Prefect, no server needed)")
@@ -122,6 +132,10 @@ def _run(args) -> int:
         store_dir = _local_or_uri(args.store_dir)
         spec = load_spec(args.spec, output_dir=output_dir, store_dir=store_dir)
         select_providers(spec, args.providers)
+        if args.dask:
+            from retbench.tasks.extras import require
+
+            require("dask", "--dask")
         preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
         if not (args.prefect or args.force or args.remeasure):
             from retbench.flows.fast_path import run_if_cached

@@ -36,10 +36,11 @@ def _is_expected(error: BaseException) -> bool:
     from retbench.flows.environment import EnvironmentFault
     from retbench.tasks.plugins import PluginError
     from retbench.tasks.user_code import UserCodeError
+    from retbench.tasks.extras import MissingExtra
 
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
-                          EnvironmentFault, Interrupted, UserCodeError, PluginError)):
+                          EnvironmentFault, Interrupted, UserCodeError, PluginError, MissingExtra)):
         return True
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

@@ -219,6 +219,9 @@ def _train(base_path: Path, triples: list[dict], options: FinetunedOptions, out:
 
 def _fit(base_path: Path, triples: list[dict], options: FinetunedOptions, out: Path, say: Callable[[str], None],
          encode_length: int | None, started: float) -> tuple[list[dict], float]:
+    from retbench.tasks.extras import require
+
+    require("finetune")
     from datasets import Dataset as HFDataset
     from sentence_transformers import SentenceTransformer
     try:  # sentence-transformers >= 6 moved these; the old paths still work but warn

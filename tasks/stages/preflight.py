@@ -20,12 +20,26 @@ def preflight(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
     dataset and its content key when the store already holds it (None: parsed now)."""
     from retbench.tasks.stages.prepare import check_inputs
 
+    require_extras(spec)
     check_inputs(spec)
     dataset, key = validated_dataset(spec)
     id_problems = provider_id_problems(spec, dataset)
     if id_problems:
         raise SpecError(f"the vectors do not fit the dataset:\n" + "\n".join(f"  {line}" for line in id_problems))
     return dataset, key
+
+
+def require_extras(spec: BenchmarkSpec) -> None:
+    """The optional parts the spec's providers need (tasks/extras.py), refused in one line if absent."""
+    from retbench.tasks.extras import require
+
+    for i, provider in enumerate(spec.providers):
+        where = f"providers[{i}] ({provider.name!r}, kind {provider.kind})"
+        if provider.kind == "finetuned":
+            require("finetune", where)
+        backend = (provider.options or {}).get("backend")
+        if provider.kind in ("sentence-transformers", "finetuned") and backend in ("onnx", "onnx-int8"):
+            require("onnx", f"{where}, backend: {backend}")
 
 
 def provider_id_problems(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:

@@ -41,7 +41,7 @@ test-fast: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(VENV)/bin/mkdocs build --strict
 
-# A wheel in dist/ (tests/pipeline/test_wheel.py installs one into a clean venv).
+# A wheel in dist/ (.ci/check-wheel installs one into a clean venv outside the repository).
 wheel: $(VENV)/.installed-test
 	$(VENV)/bin/python -m build --wheel --outdir dist .
 

@@ -7,8 +7,10 @@ VENV := .venv
 # installed first, so the range keeps it (a bare torch would pull a multi-GB CUDA build). On a GPU
 # host: make TORCH=torch run.
 TORCH ?= torch==2.13.0
-# pytest-xdist workers: one per core of this 2-core machine.
+# pytest-xdist workers: one per core of this 2-core machine. --dist loadfile keeps a test file on
+# one worker, so a module's fixture (a whole benchmark run, often) is built once, not once per worker.
 WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadfile
 
 .PHONY: run test test-fast docs wheel clean
 
@@ -31,11 +33,11 @@ run: $(VENV)/.installed-run
 
 # The whole suite, as CI runs it; pytest prints its time on the last line.
 test: $(VENV)/.installed-test
-	$(VENV)/bin/pytest -q -n $(WORKERS)
+	$(VENV)/bin/pytest -q $(XDIST)
 
 # The unit layer only, for the edit loop.
 test-fast: $(VENV)/.installed-test
-	$(VENV)/bin/pytest -q -n $(WORKERS) tests/unit
+	$(VENV)/bin/pytest -q $(XDIST) tests/unit
 
 # The documentation site into site/ (the test suite builds it too: tests/pipeline/test_docs_site.py).
 docs: $(VENV)/.installed-test

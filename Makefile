@@ -48,4 +48,4 @@ wheel: $(VENV)/.installed-test
 	$(VENV)/bin/python -m build --wheel --outdir dist .
 
 clean:
-	rm -rf $(VENV) .store out .prefect site dist build
+	rm -rf $(VENV) .venv-infinity .store out .prefect site dist build

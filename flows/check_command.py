@@ -30,7 +30,7 @@ def run(args) -> int:
     store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
     spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
                      store_dir=store_dir)
-    dataset, key = preflight(spec)
+    dataset, key = preflight(spec, create_folders=False)  # a check leaves the disk as it found it
     print(textwrap.fill(plan_run(spec, dataset, key).summary(), width=100, break_on_hyphens=False))
     for line in try_user_code(spec, dataset):
         print(textwrap.fill(line, width=100, break_on_hyphens=False))

@@ -15,6 +15,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("spec", type=Path)
     parser.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
     parser.add_argument("--store-dir", help="override the spec's store_dir (the cache root): a folder or an s3://... URI")
+    parser.add_argument("--estimate", action="store_true",
+                        help="also estimate the first run's embedding time per provider and the store's size on disk; "
+                             "loads each model and embeds a few texts now (nothing is cached)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     parser.set_defaults(func=run)
     return parser
@@ -31,7 +34,14 @@ def run(args) -> int:
     spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
                      store_dir=store_dir)
     dataset, key = preflight(spec, create_folders=False)  # a check leaves the disk as it found it
-    print(textwrap.fill(plan_run(spec, dataset, key).summary(), width=100, break_on_hyphens=False))
+    plan = plan_run(spec, dataset, key)
+    print(textwrap.fill(plan.summary(), width=100, break_on_hyphens=False))
+    if args.estimate:
+        from retbench.tasks.stages.estimate import estimate_first_run, summary
+        from retbench.tasks.stages.preflight import chunk_tables
+
+        estimates = estimate_first_run(spec, plan, chunk_tables(spec, dataset, key))
+        print(textwrap.fill(summary(estimates), width=100, break_on_hyphens=False))
     for line in try_user_code(spec, dataset):
         print(textwrap.fill(line, width=100, break_on_hyphens=False))
     return 0

@@ -206,6 +206,14 @@ def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> 
                    providers, indexes, inspected)
 
 
+def chunk_tables(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> dict[str, pl.DataFrame]:
+    """Chunking name -> (chunk_id, text) of the chunks a run embeds."""
+    from retbench.tasks.store.remote import is_remote
+
+    inspected = not is_remote(spec.store_dir)
+    return {variant.name: _chunks(spec, dataset, dataset_key, variant, inspected) for variant in spec.chunking_variants}
+
+
 def _chunks(spec, dataset: Dataset, dataset_key: str | None, variant, inspected: bool) -> pl.DataFrame:
     """The chunks the run embeds: the stored file when the store has it, else cut now (in memory)."""
     from retbench.tasks.stages.chunk import ChunkConfig, chunk_corpus

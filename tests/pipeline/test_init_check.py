@@ -101,10 +101,15 @@ def test_check_leaves_the_disk_as_it_found_it(tmp_path):
     before = _listing(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_HOME", None)  # the default, .prefect in the current folder
-    done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "check", str(spec)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert _listing(tmp_path) == before and "out" not in before and "store" not in before
+    for extra in ([], ["--estimate"]):  # the estimate embeds texts, and caches none of them
+        done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "check", str(spec), *extra], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert _listing(tmp_path) == before and "out" not in before and "store" not in before
+    said = " ".join(done.stdout.split())
+    assert "Estimate (measured now, --estimate: each model was loaded and embedded a few texts)" in said
+    # hashing's 1024 dimensions: 6 documents + 3 queries to embed, a flat index of 6 float32 vectors.
+    assert "h: ~0 s to embed 9 texts" in said and "1024-dimensional" in said and "indexes flat 24.6 kB" in said
 
 
 def test_check_on_a_read_only_parent_still_refuses_in_one_line(tmp_path):

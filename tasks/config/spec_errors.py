@@ -22,6 +22,9 @@ class AtKey(ValueError):
         super().__init__(f"{path}: {message}")
         self.path, self.message = path, message
 
+    def __reduce__(self):  # its two arguments, so it survives a trip to another process (Dask, Prefect)
+        return type(self), (self.path, self.message)
+
 
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
     """" (did you mean 'x'?)" when `word` is near one of `choices`, else an empty string."""

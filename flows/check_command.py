@@ -1,7 +1,9 @@
 """`retbench check SPEC`: the run's pre-flight without the run: exit 0 with one paragraph of what
 a run would do and how much of it is cached, or exit 2 with one `retbench: ...` line. No Prefect,
 no model: the caches are judged by content keys alone (tasks/stages/preflight.py); only your own
-code (kind: python) is imported and tried on two texts."""
+code (kind: python) is imported and tried on two texts. Then an estimate of the first run's
+embedding time (from this machine's latency profile in the store) and the store's size; with
+--estimate a provider without a profile loads its model and embeds a few texts (tasks/stages/estimate.py)."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +18,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, help="override the spec's output_dir")
     parser.add_argument("--store-dir", help="override the spec's store_dir (the cache root): a folder or an s3://... URI")
     parser.add_argument("--estimate", action="store_true",
-                        help="also estimate the first run's embedding time per provider and the store's size on disk; "
-                             "loads each model and embeds a few texts now (nothing is cached)")
+                        help="estimate the embedding time of a provider without a latency profile in the store by "
+                             "loading its model and embedding a few texts now (nothing is cached)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     parser.set_defaults(func=run)
     return parser
@@ -36,12 +38,13 @@ def run(args) -> int:
     dataset, key = preflight(spec, create_folders=False)  # a check leaves the disk as it found it
     plan = plan_run(spec, dataset, key)
     print(textwrap.fill(plan.summary(), width=100, break_on_hyphens=False))
-    if args.estimate:
-        from retbench.tasks.stages.estimate import estimate_first_run, summary
-        from retbench.tasks.stages.preflight import chunk_tables
+    from retbench.tasks.stages.estimate import estimate_first_run, summary
+    from retbench.tasks.stages.preflight import chunk_tables
 
-        estimates = estimate_first_run(spec, plan, chunk_tables(spec, dataset, key))
-        print(textwrap.fill(summary(estimates), width=100, break_on_hyphens=False))
+    # From this machine's latency profile when the store has one; --estimate measures the rest now.
+    estimates = estimate_first_run(spec, plan, chunk_tables(spec, dataset, key), dataset.queries["text"].to_list(),
+                                   measure_now=args.estimate)
+    print(textwrap.fill(summary(estimates), width=100, break_on_hyphens=False))
     for line in try_user_code(spec, dataset):
         print(textwrap.fill(line, width=100, break_on_hyphens=False))
     return 0

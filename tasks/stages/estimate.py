@@ -36,7 +36,7 @@ class ProviderEstimate:
     seconds_per_text: float | None  # None: no profile, and not measured now
     source: str | None  # PROFILED or MEASURED_NOW
     detail: str  # how the time per text was had
-    index_bytes: dict[str, int]  # index kind -> bytes, for the kinds sized here
+    index_bytes: dict[str, int]  # index kind -> bytes, for the kinds sized here and not yet in the store
     unsized: tuple[str, ...]  # index kinds switched on whose size is not estimated
     load_seconds: float = 0.0
 
@@ -59,7 +59,9 @@ class ProviderEstimate:
             return f"{self.provider}: {time_said}; size not estimated (dimension unknown without the model)."
         indexes = ", ".join(f"{kind} {_bytes(n)}" for kind, n in self.index_bytes.items())
         unsized = f"; not sized: {', '.join(self.unsized)}" if self.unsized else ""
-        return (f"{self.provider}: {time_said}, {self.dim}-dimensional; on disk ~{_bytes(self.cache_bytes)} of "
+        if not self.texts and not self.index_bytes and not self.unsized:
+            return f"{self.provider}: {time_said}, {self.dim}-dimensional; nothing new on disk."
+        return (f"{self.provider}: {time_said}, {self.dim}-dimensional; new on disk ~{_bytes(self.cache_bytes)} of "
                 f"cached vectors and indexes {indexes or 'none'}{unsized}.")
 
 
@@ -102,6 +104,10 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
         elif per_text is None:
             source = None
         sizes, unsized = index_sizes(spec, rows, dim) if dim else ({}, ())
+        # What the first run adds to the store: indexes already built there are not counted again.
+        unbuilt = {i.kind for i in plan.indexes if i.setting.split("@")[0] == provider_spec.name and not i.built}
+        sizes = {kind: n for kind, n in sizes.items() if kind in unbuilt}
+        unsized = tuple(kind for kind in unsized if kind in unbuilt)
         estimates.append(ProviderEstimate(provider_spec.name, work.missing, dim, per_text, source, detail, sizes,
                                           unsized, loaded))
     return estimates

@@ -192,35 +192,19 @@ def _options_model_of_module(factory) -> type[BaseModel] | None:
 
 # --- the command line -----------------------------------------------------------------------------------
 
-class _Parser(Exception):
-    def __init__(self, parser):
-        self.parser = parser
-
-
 def cli_help() -> str:
     """`retbench --help` and every subcommand's `--help`, from the parser flows/cli.py builds."""
-    from retbench.flows import cli
+    from retbench.flows.cli import build_parser
 
-    def capture(self, *args, **kwargs):
-        raise _Parser(self)
-
-    original = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = capture
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"
     try:
-        try:
-            cli.main(["--help"])
-        except _Parser as found:
-            parser = found.parser
-        else:
-            raise RuntimeError("retbench.flows.cli.main did not parse its arguments")
-        parts = ["```", parser.format_help().rstrip(), "```", ""]
+        parser = build_parser()
+        parts = ["### The full `--help` of each command", "", "```", parser.format_help().rstrip(), "```", ""]
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for name, sub in commands.choices.items():
-            parts += [f"## `retbench {name}`", "", "```", sub.format_help().rstrip(), "```", ""]
+            parts += [f"#### `retbench {name} --help`", "", "```", sub.format_help().rstrip(), "```", ""]
     finally:
-        argparse.ArgumentParser.parse_args = original
         if previous is None:
             os.environ.pop("COLUMNS", None)
         else:

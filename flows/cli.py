@@ -20,7 +20,8 @@ def _version() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `retbench` parser with every command (the docs' test parses their command lines with it)."""
     parser = argparse.ArgumentParser(prog="retbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"retbench {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     eval_command.add_parser(commands)
     hard_negatives_command.add_parser(commands)
     plugins_command.add_parser(commands)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     command_itself = argv is None and args.command == "run"  # not a caller in Python, whose process this is not
     if command_itself:
         from retbench.flows import interrupts

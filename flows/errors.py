@@ -54,10 +54,10 @@ def one_line(error: BaseException) -> str:
     from pydantic import ValidationError
 
     if isinstance(error, ValidationError):
-        # Provider options are validated by the provider when it is built.
-        parts = [f"{'.'.join(str(p) for p in item['loc']) or '(top level)'}: "
-                 f"{'unknown key' if item['type'] == 'extra_forbidden' else item['msg']}" for item in error.errors()]
-        text = f"invalid provider options ({error.title}): " + "; ".join(parts)
+        from retbench.tasks.config.spec_errors import describe
+
+        # Provider options are validated by the provider when it is built; said in the spec's words.
+        text = "invalid provider options: " + "; ".join(describe(error))
     elif isinstance(error, OSError) and error.strerror:
         text = error.strerror + (f": {error.filename}" if error.filename else "")
     else:

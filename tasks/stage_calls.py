@@ -215,8 +215,8 @@ def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: Bench
     from retbench.tasks.providers.fingerprint import full_fingerprint
     from retbench.tasks.stages.embed import fingerprint_hash
     from retbench.tasks.stages.latency import profile_latency, profile_query_latency
-    from retbench.tasks.stages.measurements import latency_table
-    from retbench.tasks.store.files import stable_hash, write_parquet
+    from retbench.tasks.stages.measurements import latency_table, latency_texts_key
+    from retbench.tasks.store.files import write_parquet
 
     texts = pl.read_parquet(chunks_path, columns=["text"])["text"].to_list()
     queries = pl.read_parquet(dataset.queries_path, columns=["text"])["text"].to_list()
@@ -227,10 +227,9 @@ def latency_stage(provider: ProviderSpec, chunks_path: str, dataset, spec: Bench
         return pl.concat([profile_latency(model, provider.name, texts, spec.latency, progress=log.info),
                           profile_query_latency(model, provider.name, queries, spec.latency)])
 
-    table, measured = latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(model)),
-                                    spec.latency.model_dump(mode="json"),
-                                    stable_hash([texts[: spec.latency.texts], queries, "query-latency-v1"]),
-                                    measure, remeasure)
+    section = spec.latency.model_dump(mode="json")
+    table, measured = latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(model)), section,
+                                    latency_texts_key(texts, queries, section), measure, remeasure)
     if not measured:
         log.info(f"{provider.name}: latency profile measured on this machine before; reused (--remeasure to measure again)")
     table = table.with_columns(provider=pl.lit(provider.name))

@@ -3,6 +3,7 @@ measures a spec scores by default. The kernels behind the names are in tasks/ana
 the names live here so a spec is checked without numpy and without the analysis layer."""
 from __future__ import annotations
 
+import difflib
 import re
 
 # Each name's cutoff: "required" (recall@10), "optional" (ndcg or ndcg@10) or "none".
@@ -27,7 +28,9 @@ def parse_measure_name(name: str) -> tuple[str, int | None]:
     if not m or m.group(1) not in CUTOFF_RULES:
         known = ", ".join(f"{n}@k" if rule == "required" else f"{n}[@k]" if rule == "optional" else n
                           for n, rule in CUTOFF_RULES.items())
-        raise ValueError(f"unknown measure {name!r}; known measures: {known}")
+        close = difflib.get_close_matches(m.group(1), list(CUTOFF_RULES), n=1) if m else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown measure {name!r}{hint}; known measures: {known}")
     k = None if m.group(2) is None else int(m.group(2))
     check_cutoff(m.group(1), CUTOFF_RULES[m.group(1)], k)
     return m.group(1), k

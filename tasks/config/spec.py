@@ -14,8 +14,9 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from retbench.tasks.config.measurement import PricingSpec
-from retbench.tasks.config.measures import default_measures, default_primary_measure
+from retbench.tasks.config.measures import canonical_measure, default_measures, default_primary_measure
 from retbench.tasks.config.sections import SpecSection, spec_sections
+from retbench.tasks.config.spec_errors import UNION_TAGS, AtKey, describe, did_you_mean
 from retbench.tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from retbench.tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
 from retbench.tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
@@ -52,13 +53,14 @@ class DatasetSpec(_Strict):
         from retbench.tasks.datasets import known_formats
 
         if value not in known_formats():
-            raise ValueError(f"unknown dataset format {value!r} (known: {', '.join(known_formats())})")
+            raise ValueError(f"unknown dataset format {value!r}{did_you_mean(value, known_formats())} "
+                             f"(known: {', '.join(known_formats())})")
         return value
 
     @model_validator(mode="after")
     def _metadata_fields_need_filters(self):
         if self.metadata_fields is not None and self.format != "jsonl":
-            raise ValueError(f"metadata_fields: only the jsonl format carries query filters (format is {self.format!r})")
+            raise AtKey("metadata_fields", f"only the jsonl format carries query filters (format is {self.format!r})")
         return self
 
 
@@ -84,6 +86,7 @@ class ChunkingVariantSpec(ChunkingSpec):
 
 # Union tags of `chunking`, left out of key paths in error messages.
 _ONE, _MANY = "<one chunking config>", "<list of chunking configs>"
+UNION_TAGS.update((_ONE, _MANY))
 
 
 class ProviderSpec(_Strict):
@@ -95,6 +98,16 @@ class ProviderSpec(_Strict):
                                "so Dask spreads one provider over its workers; default: 8 on Dask, 1 on the in-process runner")
     pricing: PricingSpec | None = Field(None, description="price per 1M tokens, with the date it was read")
     dimensions: int | None = Field(None, ge=1, description="keep the first N components of every vector, re-normalised")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from retbench.tasks.providers import known_kinds  # after the spec's plugins are imported (load_spec_data)
+
+        if value not in known_kinds():
+            raise ValueError(f"unknown provider kind {value!r}{did_you_mean(value, known_kinds())} "
+                             f"(known: {', '.join(known_kinds())})")
+        return value
 
 
 class IVFSpec(_Strict):
@@ -134,7 +147,9 @@ class IndexesSpec(BaseModel):
         for name, entry in (self.model_extra or {}).items():
             where = f"indexes.{name}"
             if name not in known_kinds():
-                raise ValueError(f"{where}: unknown index kind (known: {', '.join(known_kinds())})")
+                keys = [*type(self).model_fields, *known_kinds()]
+                raise AtKey(name, f"unknown key: not a field of `indexes` nor an index kind{did_you_mean(name, keys)} "
+                                  f"(index kinds: {', '.join(known_kinds())})")
             if entry is None or entry is False:
                 continue
             if entry is not True and not isinstance(entry, dict):
@@ -165,7 +180,20 @@ class HistorySpec(_Strict):
     enabled: bool = True
     baseline_run: str | None = Field(None, description="a run id to compare every run with, besides the previous run")
     fail_on_regression: bool = False
-    measures: list[str] = Field(default_factory=lambda: ["ndcg@10", "recall@10", "mrr"])
+    measures: list[str] = Field(default_factory=lambda: ["ndcg@10", "recall@10", "mrr"],
+                                description="compared with earlier runs; default: nDCG and recall at the primary "
+                                            "measure's cutoff (derived from `k`), and MRR")
+
+    @field_validator("measures")
+    @classmethod
+    def _known_measures(cls, values: list[str]) -> list[str]:
+        names = []
+        for i, value in enumerate(values):
+            try:
+                names.append(canonical_measure(value))
+            except ValueError as error:
+                raise AtKey(f"[{i}]", str(error)) from None
+        return names
     min_queries: int = Field(20, ge=1, description="paired queries a setting x measure needs before it can be flagged "
                                                   "as a regression (fewer: reported as too few, never flagged)")
 
@@ -221,15 +249,23 @@ class _BenchmarkSpecBase(_Strict):
             repeated_names("chunking", [c.name for c in self.chunking])
         repeated_names("queries.variants", [v.name for v in self.queries.variants])
         names = [p.name for p in self.providers]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"provider names must be unique; repeated: {duplicates}")
-        from retbench.tasks.providers import known_kinds
-
-        for provider in self.providers:
-            if provider.kind not in known_kinds():
-                raise ValueError(f"provider {provider.name!r}: unknown kind {provider.kind!r} (known: {', '.join(known_kinds())})")
+        for i, name in enumerate(names):
+            if names.index(name) != i:
+                raise AtKey(f"providers[{i}].name", f"{name!r} repeats providers[{names.index(name)}].name "
+                                                    "(provider names must be unique)")
+        self._measures_from_k()
         return self
+
+    def _measures_from_k(self) -> None:
+        """Measures a section asks for by default, derived from `k` as the primary measure is: with
+        `k: [5]` the defaults ndcg@10 and recall@10 would be scored by no run. A measure the user
+        wrote is kept, and refused by measure_errors if `k` cannot score it."""
+        cutoff = default_primary_measure(self.k).split("@")[1]
+        if "measures" not in self.history.model_fields_set:
+            self.history.measures = [f"ndcg@{cutoff}", f"recall@{cutoff}", "mrr"]
+        sweep = getattr(self, "sweep", None)
+        if sweep is not None and "measure" not in sweep.model_fields_set:
+            sweep.measure = self.primary_measure  # what the verdict ranks by, and the ANN budget is then on
 
     @property
     def primary_measure(self) -> str:
@@ -293,9 +329,10 @@ def load_spec_data(raw: dict, path: str | Path, **overrides: Any) -> BenchmarkSp
     try:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as error:
-        raise SpecError(f"{path}: invalid benchmark spec:\n{_describe(error)}") from None
+        raise SpecError(f"{path}: invalid benchmark spec:\n"
+                        + "\n".join(f"  {line}" for line in describe(error, BenchmarkSpec))) from None
     problems = (depth_errors(spec) + provider_option_errors(spec) + system_errors(spec)
-                + rewrite_file_errors(spec, path.parent) + report_errors(spec))
+                + rewrite_file_errors(spec, path.parent) + report_errors(spec) + measure_errors(spec))
     if not problems:  # the model-variant checks build providers from options that must be valid first
         from retbench.tasks.config.model_variants import variant_errors
 
@@ -366,7 +403,17 @@ def report_errors(spec: BenchmarkSpec) -> list[str]:
     scored = default_measures(spec.k)
     if chosen is None or chosen in scored:
         return []
-    return [f"report.primary_measure: {chosen!r} is not scored by this spec (with k={spec.k}: {', '.join(scored)})"]
+    return [f"report.primary_measure: {chosen!r} is not scored by this spec (with k={spec.k}: {', '.join(scored)})"
+            + did_you_mean(chosen, scored)]
+
+
+def measure_errors(spec: BenchmarkSpec) -> list[str]:
+    """history.measures the run does not score: a regression check on them would compare nothing."""
+    if "measures" not in spec.history.model_fields_set:
+        return []
+    scored = default_measures(spec.k)
+    return [f"history.measures[{i}]: {name!r} is not scored by this spec (with k={spec.k}: {', '.join(scored)})"
+            + did_you_mean(name, scored) for i, name in enumerate(spec.history.measures) if name not in scored]
 
 
 def system_errors(spec: BenchmarkSpec) -> list[str]:
@@ -413,39 +460,8 @@ def provider_option_errors(spec: BenchmarkSpec) -> list[str]:
         try:
             model.model_validate(provider.options)
         except ValidationError as error:
-            expected = ", ".join(model.model_fields)
-            for item in error.errors():
-                where = _path(("providers", i, "options", *item["loc"]))
-                if item["type"] == "extra_forbidden":
-                    problems.append(f"{where}: unknown key (expected: {expected})")
-                else:
-                    problems.append(f"{where}: {item['msg']}")
+            problems += describe(error, model, prefix=("providers", i, "options"))
     return problems
-
-
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = _path(item["loc"]) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        # A check of a whole section that names a deeper key (indexes.hnsw.M: ...) is said at that key.
-        deeper = re.match(rf"Value error, ({re.escape(where)}(?:\.[\w-]+)+): (.*)", message, re.S)
-        if deeper:
-            where, message = deeper.groups()
-        lines.append(f"  {where}: {message}")
-    return "\n".join(lines)
-
-
-def _path(loc) -> str:
-    """A pydantic location as a key path: providers[0].options.dim."""
-    out = ""
-    for part in loc:
-        if part in (_ONE, _MANY):
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _resolve_paths(spec: BenchmarkSpec, base: Path) -> BenchmarkSpec:

@@ -29,10 +29,14 @@ def spec_name(folder_name: str) -> str:
 
 
 def choose_split(judged_splits: dict[str, int]) -> tuple[str, str]:
-    """The spec's `split` for a dataset whose judged queries fall in `judged_splits`, and why."""
+    """The spec's `split` for a dataset whose judged queries fall in `judged_splits`, and why.
+    Test beside train or dev is `all`: every query is scored under its own split and read apart
+    (docs/guide/datasets.md), so the train queries are not silently left out."""
     present = {s for s, n in judged_splits.items() if n}
-    if present == {"dev", "test"}:
-        return "all", "dev and test both judged: scored together, reported apart"
+    if "test" in present and present - {"test"}:
+        others = " and ".join(sorted(present - {"test"}))
+        return "all", (f"{others} judged beside test: every query is scored and each split reported apart"
+                       f"; `split: test` would leave the {others} queries out")
     for split in ("test", "dev"):
         if split in present:
             others = sorted(present - {split})

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from retbench.tasks.config.measures import canonical_measure
+from retbench.tasks.config.spec_errors import AtKey, did_you_mean
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -125,8 +126,9 @@ class SweepSpec(BaseModel):
         for name, section in (self.model_extra or {}).items():
             where = f"sweep.{name}"
             if name not in known_kinds():
-                raise ValueError(f"{where}: unknown key (expected a field of `sweep` or an index kind: "
-                                 f"{', '.join(known_kinds())})")
+                keys = [*type(self).model_fields, *known_kinds()]
+                raise AtKey(name, f"unknown key{did_you_mean(name, keys)} (expected a field of `sweep` or an index "
+                                  f"kind: {', '.join(known_kinds())})")
             if section is None:
                 continue
             if not isinstance(section, dict):

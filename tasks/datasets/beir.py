@@ -13,6 +13,18 @@ from retbench.tasks.datasets.reader import FormatReader
 from retbench.tasks.language import detect_language
 
 
+def missing_split_message(qrels_dir: Path, split: str, present: list[str]) -> str:
+    """`split: <split>` asked of a folder whose qrels are `present`: which splits exist and
+    what to write instead (`all` when more than one exists: each is then scored and reported apart)."""
+    exist = ", ".join(present)
+    if len(present) > 1:
+        advice = "set dataset.split to one of them, or to `all` to score every split, each reported apart"
+    else:
+        advice = f"set dataset.split to {present[0]} (or `all`)"
+    return (f"{qrels_dir / f'{split}.tsv'}: missing, so `split: {split}` has no queries; the splits here: {exist} "
+            f"({', '.join(s + '.tsv' for s in present)}); {advice}")
+
+
 def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollection:
     # Either may be gzip-compressed (corpus.jsonl.gz); messages name the file read.
     corpus_file, queries_file = (located(folder / f) or folder / f for f in ("corpus.jsonl", "queries.jsonl"))
@@ -28,8 +40,7 @@ def _read_beir(folder: Path, split: str, name: str | None = None) -> RawCollecti
         raise DatasetError(f"{qrels_dir}: qrels file(s) {unnamed} name no split; expected "
                            f"{', '.join(s + '.tsv' for s in QUERY_SPLITS)} (the file's name is its queries' split)")
     if split != "all" and not (qrels_dir / f"{split}.tsv").is_file():
-        present = [p.name for p in qrels_files]
-        raise DatasetError(f"{qrels_dir / f'{split}.tsv'}: missing; expected the {split!r} qrels (found {present})")
+        raise DatasetError(missing_split_message(qrels_dir, split, [p.stem for p in qrels_files]))
     qrels: list[Judgment] = []
     split_of: dict[str, tuple[str, str]] = {}  # query id -> (split, where first judged)
     # Every file is read for the splits of its queries (a dev query is then not taken for an

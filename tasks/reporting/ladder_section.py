@@ -22,6 +22,16 @@ SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "tes
          "test_ci_low", "test_ci_high", "test_p_value", "dev_gain", "dev_p_value", "dev_gain_held_on_test",
          "added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes", "gain_per_added_ms",
          "gain_per_added_usd", "recommended")
+# The report's headers: words for the columns of ladder.parquet (the file keeps its names, which
+# docs/reference/tables.md documents); a reader of the report should not need that page.
+HEADERS = {"step": "step", "intervention": "intervention", "setting": "setting", "change": "change",
+           "baseline": "baseline", "test_n": "test queries", "test_baseline": "baseline on test",
+           "test_value": "step on test", "test_gain": "gain on test", "test_ci_low": "gain on test, 95% CI low",
+           "test_ci_high": "gain on test, 95% CI high", "test_p_value": "p on test", "dev_gain": "gain on dev",
+           "dev_p_value": "p on dev", "dev_gain_held_on_test": "dev gain held on test",
+           "added_usd_per_1k_queries": "added $ per 1,000 queries", "added_query_p50_ms": "added p50 ms per query",
+           "added_index": "added index size", "gain_per_added_ms": "gain per added ms",
+           "gain_per_added_usd": "gain per added $", "recommended": "recommended"}
 
 
 # --- which interventions a spec contains ------------------------------------------------------
@@ -264,11 +274,15 @@ def ladder_plot(ladder: pl.DataFrame) -> str | None:
 
 
 def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
-    """The ladder as the report shows it: sizes in words, no column that is empty in every row."""
+    """The ladder as the report shows it: sizes in words, yes/no for true/false, headers in words
+    (HEADERS), no column that is empty in every row."""
     size = pl.col("added_index_bytes").map_elements(lambda v: ("-" if v < 0 else "+") + fmt_bytes(abs(v)),
                                                      return_dtype=pl.String).alias("added_index")
     frame = ladder.select([size if c == "added_index_bytes" else pl.col(c) for c in SHOWN if c in ladder.columns])
-    return frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
+    frame = frame.with_columns(pl.when(pl.col(c)).then(pl.lit("yes")).when(~pl.col(c)).then(pl.lit("no")).alias(c)
+                               for c in frame.columns if frame[c].dtype == pl.Boolean)  # null stays empty
+    frame = frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
+    return frame.rename({c: HEADERS.get(c, c) for c in frame.columns})
 
 
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
@@ -289,9 +303,10 @@ def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
     paragraph(section, "Each step in the seed's order (chunking, metadata filters, query preprocessing, other models, "
                        "hybrids, rerankers, fine-tuned models, cheaper variants) minus its baseline: paired over the test "
                        "queries (95% paired bootstrap interval, sign-flip randomisation p); dev columns are tuning "
-                       "evidence, dev_gain_held_on_test says whether a significant dev gain was significant on test too. "
-                       "added_*: the step's cost minus the baseline's (USD per 1,000 queries, p50 query latency, index "
-                       "bytes); recommended: the significant test gain that adds the fewest dollars, then ms, then bytes.")
+                       "evidence; 'dev gain held on test' says whether a significant dev gain was significant on test too. "
+                       "The added columns: the step's cost minus the baseline's (USD per 1,000 queries, p50 query "
+                       "latency, index size); recommended: the significant test gain that adds the fewest dollars, then "
+                       "ms, then bytes.")
     table(section, _shown(ladder))
     unplotted = [f"{r['step']}. {r['setting']} ({r['intervention']})"
                  for r in ladder.filter(pl.col("added_query_p50_ms").is_null()).iter_rows(named=True)]

@@ -31,12 +31,23 @@ def machine_id() -> str:
     return stable_hash(platform.node(), platform.machine(), cpu or platform.processor(), os.cpu_count())[:16]
 
 
+def latency_texts_key(documents: list[str], queries: list[str], spec_section: dict) -> str:
+    """What the latency profile embeds: the first `texts` chunks of the baseline chunking and the queries."""
+    return stable_hash([documents[: spec_section["texts"]], queries, "query-latency-v1"])
+
+
+def latency_path(store: str | Path, fingerprint_hash: str, spec_section: dict, texts_key: str) -> Path:
+    """Where this provider's latency profile for this spec section, these texts and this machine is kept
+    (also read by `retbench check`'s estimate, tasks/stages/estimate.py)."""
+    key = stable_hash("latency-v1", fingerprint_hash, spec_section, texts_key, machine_id())
+    return Path(store) / "measurements" / "latency" / f"{key[:32]}.parquet"
+
+
 def latency_table(store: str | Path, fingerprint_hash: str, spec_section: dict, texts_key: str,
                   measure, remeasure: bool = False) -> tuple[pl.DataFrame, bool]:
     """The latency table for this provider, spec and machine: from the store, or `measure()`d
     (and stored). Returns (table, measured now)."""
-    key = stable_hash("latency-v1", fingerprint_hash, spec_section, texts_key, machine_id())
-    path = Path(store) / "measurements" / "latency" / f"{key[:32]}.parquet"
+    path = latency_path(store, fingerprint_hash, spec_section, texts_key)
     made = build_once(store, path, lambda tmp: measure().write_parquet(tmp, compression="zstd"),
                       parse=parquet_readable, force=remeasure)
     return pl.read_parquet(path), made.computed

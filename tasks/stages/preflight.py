@@ -14,14 +14,15 @@ from retbench.tasks.config.spec import BenchmarkSpec, SpecError
 from retbench.tasks.datasets.model import Dataset
 
 
-def preflight(spec: BenchmarkSpec) -> tuple[Dataset, str | None]:
+def preflight(spec: BenchmarkSpec, create_folders: bool = True) -> tuple[Dataset, str | None]:
     """Raise the first problem a run would meet before embedding anything: check_inputs' files,
     folders, filters and secrets, then every id and grade of the dataset. Returns the validated
-    dataset and its content key when the store already holds it (None: parsed now)."""
+    dataset and its content key when the store already holds it (None: parsed now).
+    create_folders=False (`retbench check`): the output and store folders are not made."""
     from retbench.tasks.stages.prepare import check_inputs
 
     require_extras(spec)
-    check_inputs(spec)
+    check_inputs(spec, create_folders=create_folders)
     dataset, key = validated_dataset(spec)
     id_problems = provider_id_problems(spec, dataset)
     if id_problems:
@@ -109,12 +110,31 @@ def quiet_dataset_warnings() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class ProviderWork:
-    """One provider's embedding: `texts` its sets hold, `missing` the distinct ones not in its cache."""
+    """One provider's embedding: `texts` its sets hold, of which `distinct` are different texts
+    (a text that is there twice, as a document or as a query, is embedded once) and `missing`
+    the distinct ones not in its cache."""
 
     provider: str
     texts: int
     missing: int
+    distinct: int | None = None  # None: not counted (see note)
     note: str = ""  # why nothing could be counted (a fine-tuned model not trained yet)
+
+    @property
+    def duplicates(self) -> int:
+        return self.texts - (self.texts if self.distinct is None else self.distinct)
+
+    @property
+    def cached(self) -> int:
+        return 0 if self.distinct is None else self.distinct - self.missing
+
+    def described(self) -> str:
+        """"minilm 17,410 texts to embed (2 duplicates of other texts; none in the cache yet)"."""
+        if self.note:
+            return f"{self.provider} {self.note}"
+        more = [f"{self.duplicates:,} duplicate{'s' * (self.duplicates != 1)} of other texts"] if self.duplicates else []
+        more.append(f"{self.cached:,} already in the cache" if self.cached else "none in the cache yet")
+        return f"{self.provider} {self.missing:,} text{'s' * (self.missing != 1)} to embed ({'; '.join(more)})"
 
 
 @dataclass(frozen=True)
@@ -148,9 +168,7 @@ class RunPlan:
                  + ("; already in the store." if self.dataset_stored else "; parsed now, stored by the run.")]
         parts.append("Chunks: " + ", ".join(f"{n} ({name})" for name, n in self.chunks.items()) + ".")
         if self.inspected:
-            embeds = ", ".join(f"{p.provider} {p.note}" if p.note else f"{p.provider} {p.missing} of {p.texts}"
-                               for p in self.providers)
-            parts.append(f"Texts to embed (not in the cache, of those the run embeds): {embeds}.")
+            parts.append(f"Embedding: {', '.join(p.described() for p in self.providers)}.")
             todo = [i for i in self.indexes if not i.built]
             kinds = ", ".join(sorted({i.kind for i in todo})) or "none"
             parts.append(f"Indexes to build: {len(todo)} of {len(self.indexes)} ({kinds}).")
@@ -186,6 +204,14 @@ def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> 
         indexes += built
     return RunPlan(spec, dataset, dataset_key is not None, {n: t.height for n, t in chunk_tables.items()},
                    providers, indexes, inspected)
+
+
+def chunk_tables(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> dict[str, pl.DataFrame]:
+    """Chunking name -> (chunk_id, text) of the chunks a run embeds."""
+    from retbench.tasks.store.remote import is_remote
+
+    inspected = not is_remote(spec.store_dir)
+    return {variant.name: _chunks(spec, dataset, dataset_key, variant, inspected) for variant in spec.chunking_variants}
 
 
 def _chunks(spec, dataset: Dataset, dataset_key: str | None, variant, inspected: bool) -> pl.DataFrame:
@@ -236,17 +262,21 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
                         f"{type(error).__name__}: {error}") from error
     cached = cached_keys(directory) if inspected and directory.is_dir() else set()
     missing: set[str] = set()
+    distinct: set[str] = set()
     indexes = []
     by_id = provider.keyed_by_id  # vectors made elsewhere: the cache is keyed by id, not by text
     for name, table in chunk_tables.items():
         keys = [cache_key(fp_hash, "document", text) for text in table["chunk_id" if by_id else "text"].to_list()]
+        distinct.update(keys)
         missing.update(k for k in keys if k not in cached)
         folder = store / "indexes" / embedding_set_key(fp_hash, "document", keys, table["chunk_id"].to_list())[:32]
         indexes += [IndexWork(labels[name], s.kind, s.file_name, inspected and (folder / s.file_name).is_file())
                     for s in plans[name].settings]
     for ids, texts in query_texts.values():
-        missing.update(k for k in (cache_key(fp_hash, "query", t) for t in (ids if by_id else texts)) if k not in cached)
-    return ProviderWork(provider_spec.name, total, len(missing)), indexes
+        keys = [cache_key(fp_hash, "query", t) for t in (ids if by_id else texts)]
+        distinct.update(keys)
+        missing.update(k for k in keys if k not in cached)
+    return ProviderWork(provider_spec.name, total, len(missing), len(distinct)), indexes
 
 
 def try_user_code(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:

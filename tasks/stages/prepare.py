@@ -66,12 +66,13 @@ class ChunksRef(StageResult):
 _DATASET_FILES = ("corpus.parquet", "queries.parquet", "qrels.parquet", "dataset.json")  # dataset.json last
 
 
-def check_inputs(spec: BenchmarkSpec) -> None:
+def check_inputs(spec: BenchmarkSpec, create_folders: bool = True) -> None:
     """What can be checked in about a second before any work (and before Prefect starts):
     the dataset and qrels paths exist, every query filter names a document metadata field
     (and a declared one), the output and store directories are folders this process can
     write, and a spec that fine-tunes has enough judged dev queries. Raises DatasetError or
-    StoreError naming the spec key or file:line."""
+    StoreError naming the spec key or file:line. create_folders=False: the output and store
+    folders are probed, not made (`retbench check` writes nothing that stays)."""
     from retbench.tasks.datasets.errors import DatasetError
     from retbench.tasks.stages.filter_fields import check_filter_fields
     from retbench.tasks.store.integrity import StoreError
@@ -105,7 +106,7 @@ def check_inputs(spec: BenchmarkSpec) -> None:
             shown = folder if existing == folder else f"{folder} (its parent {existing})"
             raise StoreError(f"{key} {shown} is a file, not a folder; point --{key.replace('_', '-')} "
                              f"(or {key} in the spec) at a folder")
-        ensure_writable(folder, what)
+        ensure_writable(folder, what, create=create_folders)
     _check_secret_variables(spec)
     from retbench.tasks.stages.finetune_step import check_finetune_inputs
 

@@ -178,14 +178,18 @@ def lock_for(path: str | Path) -> Path:
 # ---------------------------------------------------------------- environment checks
 
 
-def ensure_writable(directory: str | Path, what: str) -> Path:
+def ensure_writable(directory: str | Path, what: str, create: bool = True) -> Path:
     """Fail early, with the fix, when `directory` cannot be written (read-only filesystem,
     permissions, missing parent we cannot create). Writes and removes one probe file:
-    `os.access` alone says yes to root on a read-only mount."""
+    `os.access` alone says yes to root on a read-only mount. With create=False (`retbench
+    check`, which leaves the disk as it found it) a missing folder is not made: the probe goes
+    into its nearest existing parent, where the run would create it."""
     directory = Path(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        probed = directory if create else next((p for p in (directory, *directory.parents) if p.exists()), directory)
+        probe = probed / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         with open(probe, "wb") as handle:
             handle.write(b"ok")
             handle.flush()

@@ -127,8 +127,8 @@ def test_indexes_ivf_null_runs_flat_only(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"batchsize": 8}, "providers[0].options.batchsize: unknown key (expected: dim, word_ngrams, char_ngrams, lowercase)"),
-    ({"dim": 4}, "providers[0].options.dim: Input should be greater than or equal to 16"),
+    ({"batchsize": 8}, "providers[0].options.batchsize: unknown key (expected one of: dim, word_ngrams, char_ngrams, lowercase)"),
+    ({"dim": 4}, "providers[0].options.dim: must be at least 16 (got 4)"),
 ])
 def test_provider_options_are_refused_at_load_with_their_key_path(tmp_path, options, message):
     from retbench.tasks.config.spec import SpecError, load_spec

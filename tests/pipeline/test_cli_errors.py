@@ -83,8 +83,10 @@ def test_a_spec_with_several_errors_is_still_one_line(tmp_path, prefect_home):
     (tmp_path / "spec.yaml").write_text(spec)
     done = retbench("run", tmp_path / "spec.yaml", cwd=tmp_path, prefect_home=prefect_home)
     assert (done.returncode, done.stderr) == (2, (
-        f"retbench: {tmp_path / 'spec.yaml'}: invalid benchmark spec: k: Value error, k must be a non-empty list of "
-        "positive integers; bogus: unknown key\n"))
+        f"retbench: {tmp_path / 'spec.yaml'}: invalid benchmark spec: k: k must be a non-empty list of "
+        "positive integers; bogus: unknown key (expected one of: name, dataset, chunking, queries, providers, indexes, k, "
+        "depth, output_dir, store_dir, store_mirror, history, statistics, lexical, rerankers, systems, report, plugins, "
+        "python_path, filter_sweep, latency, sweep, verdict)\n"))
 
 
 @pytest.mark.slow  # starts a real Prefect API server (tens of seconds on a busy machine)
@@ -153,7 +155,7 @@ def test_expected_failures_and_their_one_line(tmp_path):
         f"retbench: no space left on the device while writing {tmp_path / 'table.parquet'}; nothing stored was "
         "changed: free space or move the store / output directory, then rerun")
     typo = raised(lambda: create_provider("hashing", {"dimm": 8}))
-    assert one_line(expected_failure(typo)) == "retbench: invalid provider options (HashingOptions): dimm: unknown key"
+    assert one_line(expected_failure(typo)) == "retbench: invalid provider options: dimm: unknown key"
     missing = raised(lambda: resolve_secret("RETBENCH_SURELY_UNSET", what="cohere API key"))
     assert one_line(missing) == "retbench: cohere API key: environment variable RETBENCH_SURELY_UNSET is not set (or empty)"
 

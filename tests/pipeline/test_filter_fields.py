@@ -91,7 +91,7 @@ def test_a_declared_field_list_refuses_undeclared_filters_and_declared_fields_no
 def test_metadata_fields_are_refused_at_spec_load_for_a_format_without_filters(tmp_path):
     path = spec_file(tmp_path, ", metadata_fields: [a]").read_text().replace("format: jsonl", "format: cranfield")
     (tmp_path / "spec.yaml").write_text(path)
-    with pytest.raises(SpecError, match=r"dataset: Value error, metadata_fields: only the jsonl format carries query "
+    with pytest.raises(SpecError, match=r"dataset\.metadata_fields: only the jsonl format carries query "
                                         r"filters \(format is 'cranfield'\)"):
         load_spec(tmp_path / "spec.yaml")
     (tmp_path / "spec.yaml").write_text(spec_file(tmp_path, ", metadata_fields: []").read_text())

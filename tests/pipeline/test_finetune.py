@@ -119,7 +119,7 @@ def test_spec_refuses_bad_fine_tunes_with_key_paths(tmp_path):
         ("  - {name: h, kind: hashing}\n  - {name: ft, kind: finetuned, options: {base: h}}\n",
          r"providers\[1\]\.options\.base: .*not a local sentence-transformers model"),
         (MINILM + "  - {name: ft, kind: finetuned, options: {base: minilm, batch_size: 1}}\n",
-         r"providers\[1\]\.options\.batch_size: Input should be greater than or equal to 2"),
+         r"providers\[1\]\.options\.batch_size: must be at least 2 \(got 1\)"),
         (MINILM + "  - {name: ft, kind: finetuned, options: {base: minilm, model: /tmp/x}}\n",
          r"providers\[1\]\.options\.model: set by the fine-tune step"),
     ]

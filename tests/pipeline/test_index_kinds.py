@@ -96,7 +96,8 @@ def test_the_spec_checks_a_kind_against_what_it_declares(tmp_path, sq4):
         load_spec(write_spec(tmp_path, indexes="sq4: {bogus: 1}"))
     with pytest.raises(SpecError, match=r"indexes\.sq4\.train_size: expected an integer >= 1"):
         load_spec(write_spec(tmp_path, indexes="sq4: {train_size: 0}"))
-    with pytest.raises(SpecError, match=r"indexes\.nope: unknown index kind \(known: binary, flat, hnsw, ivf, ivfpq, sq, sq4\)"):
+    with pytest.raises(SpecError, match=r"indexes\.nope: unknown key: not a field of `indexes` nor an index kind "
+                                        r"\(index kinds: binary, flat, hnsw, ivf, ivfpq, sq, sq4\)"):
         load_spec(write_spec(tmp_path, indexes="nope: {}"))
     with pytest.raises(SpecError, match=r"indexes\.sq\.qtype: required"):
         load_spec(write_spec(tmp_path, indexes="sq: {}"))

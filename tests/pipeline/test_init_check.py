@@ -86,7 +86,55 @@ def test_check_of_a_valid_spec_counts_model_providers_without_loading_them(tmp_p
     paragraph = " ".join(done.stdout.split())
     assert done.returncode == 0 and done.stderr == ""
     # 6 documents (strategy none: one chunk each) + 3 queries, none cached, all distinct.
-    assert "minilm 9 of 9, e5 9 of 9" in paragraph and "Indexes to build: 2 of 2 (flat)" in paragraph
+    assert ("Embedding: minilm 9 texts to embed (none in the cache yet), e5 9 texts to embed (none in the cache yet)."
+            in paragraph) and "Indexes to build: 2 of 2 (flat)" in paragraph
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_check_leaves_the_disk_as_it_found_it(tmp_path):
+    """No output folder, no store folder, no .prefect: a check is a look, not a first run."""
+    tiny_collection(tmp_path / "data")
+    spec = write_spec(tmp_path, "[{name: h, kind: hashing}]")
+    before = _listing(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PREFECT_HOME", None)  # the default, .prefect in the current folder
+    for extra in ([], ["--estimate"]):  # the estimate embeds texts, and caches none of them
+        done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "check", str(spec), *extra], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert _listing(tmp_path) == before and "out" not in before and "store" not in before
+    said = " ".join(done.stdout.split())
+    # hashing's 1024 dimensions: 6 documents + 3 queries to embed, a flat index of 6 float32 vectors.
+    assert "h: ~0 s to embed 9 texts [measured now]" in said and "1024-dimensional" in said
+    assert "indexes flat 24.6 kB" in said
+
+
+def test_check_on_a_read_only_parent_still_refuses_in_one_line(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    tiny_collection(tmp_path / "data")
+    spec = write_spec(tmp_path, "[{name: h, kind: hashing}]")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        done = retbench("check", spec, "--store-dir", locked / "store", cwd=tmp_path)
+    finally:
+        locked.chmod(0o700)
+    assert done.returncode == 2 and done.stderr.startswith(f"retbench: store directory {locked / 'store'} is not writable")
+
+
+def test_duplicate_texts_are_counted_as_such_not_as_cached(tmp_path):
+    data = tiny_collection(tmp_path / "data")
+    lines = (data / "corpus.jsonl").read_text().splitlines()
+    lines[5] = json.dumps({"id": "d5", "text": json.loads(lines[4])["text"]})  # d5 says what d4 says
+    (data / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    done = retbench("check", write_spec(tmp_path, "[{name: h, kind: hashing}]"), cwd=tmp_path)
+    paragraph = " ".join(done.stdout.split())
+    assert "Embedding: h 8 texts to embed (1 duplicate of other texts; none in the cache yet)." in paragraph
 
 
 def test_a_missing_secret_is_one_line(tmp_path):
@@ -114,12 +162,12 @@ def test_check_counts_agree_with_what_a_run_embeds_and_builds(tmp_path, capsys):
     spec = write_spec(tmp_path, "[{name: h, kind: hashing}]", "indexes: {ivf: {nlist: 2, nprobe: [1]}}\n")
     assert main(["check", str(spec)]) == 0
     before = " ".join(capsys.readouterr().out.split())
-    assert "h 9 of 9" in before and "Indexes to build: 2 of 2 (flat, ivf)" in before
+    assert "h 9 texts to embed (none in the cache yet)" in before and "Indexes to build: 2 of 2 (flat, ivf)" in before
     result = run_pipeline(load_spec(spec))
     assert result.manifest["texts"]["embedded"] == 9
     assert main(["check", str(spec)]) == 0
     after = " ".join(capsys.readouterr().out.split())
-    assert "already in the store" in after and "h 0 of 9" in after
+    assert "already in the store" in after and "h 0 texts to embed (9 already in the cache)" in after
     assert "Indexes to build: 0 of 2 (none)" in after
 
 
@@ -139,12 +187,14 @@ def test_init_on_a_jsonl_folder_writes_a_spec_check_accepts(tmp_path, capsys):
     assert "Dataset mine (jsonl, split all): 6 documents, 3 judged queries (dev 2, test 1)" in checked
 
 
-def test_init_on_a_beir_folder_with_train_dev_test_picks_test(tmp_path, capsys):
+def test_init_on_a_beir_folder_with_train_dev_test_scores_all_splits(tmp_path, capsys):
     found, checked, spec = _init_then_check(beir_collection(tmp_path / "scifact"), tmp_path, capsys)
     assert "train 5 queries, 5 judgments; dev 2 queries, 2 judgments; test 2 queries, 2 judgments" in found
-    assert "split: test" in spec.read_text() and "the train, dev queries are left out" not in spec.read_text()
-    assert "the dev, train queries are left out" in spec.read_text()
-    assert "Dataset scifact (beir, split test): 9 documents, 2 judged queries (test 2), 2 judgments" in checked
+    # The 5 train queries are scored too (as `train`), said in the output and in the spec's comment.
+    why = "dev and train judged beside test: every query is scored and each split reported apart"
+    assert f"(split all: {why}" in found
+    assert "split: all" in spec.read_text() and f"# {why}" in spec.read_text()
+    assert "Dataset scifact (beir, split all): 9 documents, 9 judged queries (dev 2, test 2, train 5), 9 judgments" in checked
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "cranfield").is_dir(), reason=f"{SHARED_DATA / 'cranfield'} not present")

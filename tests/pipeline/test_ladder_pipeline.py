@@ -85,4 +85,12 @@ def test_the_report_has_the_ladder_after_the_verdict(ladder_run):
     page = (out / "report.html").read_text(encoding="utf-8")
     assert page.index('<h2 id="verdict"') < page.index('<h2 id="ladder"') < page.index('<h2 id="tradeoffs"')
     assert "Interventions ladder: 8 step(s), each against the baseline grams/flat" in page
-    assert "## Interventions ladder" in (out / "report.md").read_text(encoding="utf-8")
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Interventions ladder" in markdown
+    # The ladder's table in both renderings: headers in words, yes/no rather than Python's booleans.
+    ladder_md = markdown[markdown.index("## Interventions ladder"):].split("\n## ")[0]
+    ladder_html = page[page.index('<h2 id="ladder"'):page.index('<h2 id="tradeoffs"')]
+    for shown in (ladder_md, ladder_html):
+        assert "recommended" in shown and "gain on test" in shown
+        assert "False" not in shown and "True" not in shown
+        assert "test\\_ci\\_low" not in shown and "test_ci_low" not in shown and "added_query_p50_ms" not in shown

@@ -247,9 +247,19 @@ def test_beir_split_from_qrels_file(beir):
     assert every.qrels.height == 3
 
 
+def test_a_missing_beir_split_names_the_splits_there_and_suggests_all(beir):
+    with pytest.raises(DatasetError) as caught:
+        load_dataset(beir, "beir", "train")
+    assert str(caught.value).endswith("qrels/train.tsv: missing, so `split: train` has no queries; the splits here: "
+                                      "dev, test (dev.tsv, test.tsv); set dataset.split to one of them, or to `all` "
+                                      "to score every split, each reported apart")
+
+
 def test_beir_errors(beir):
     (beir / "qrels" / "dev.tsv").unlink()
-    with pytest.raises(DatasetError, match=r"qrels/dev\.tsv: missing; expected the 'dev' qrels \(found \['test\.tsv'\]\)"):
+    # One split left: it is the one to name (`all` would score the same queries).
+    with pytest.raises(DatasetError, match=r"qrels/dev\.tsv: missing, so `split: dev` has no queries; the splits here: "
+                                           r"test \(test\.tsv\); set dataset.split to test \(or `all`\)$"):
         load_dataset(beir, "beir", "dev")
     (beir / "qrels" / "test.tsv").write_text("1\t10\t1\n", encoding="utf-8")
     with pytest.raises(DatasetError, match=r"test\.tsv:1: expected header 'query-id<TAB>corpus-id<TAB>score'"):

@@ -87,7 +87,7 @@ def test_a_format_name_is_registered_once(toy_registered):
 def test_an_unknown_format_is_refused_naming_the_known_ones(tmp_path):
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text("name: t\ndataset: {path: data, format: csv}\nproviders: [{name: h, kind: hashing}]\n")
-    with pytest.raises(SpecError, match=r"dataset\.format: Value error, unknown dataset format 'csv' "
+    with pytest.raises(SpecError, match=r"dataset\.format: unknown dataset format 'csv' "
                                         r"\(known: beir, cranfield, glasgow, jsonl, xquad\)"):
         load_spec(spec_file)
     with pytest.raises(DatasetError, match=r"unknown dataset format 'csv' \(expected one of \['beir', "):

@@ -71,7 +71,8 @@ def test_trec_qrels_are_told_by_their_four_fields():
 
 @pytest.mark.parametrize("splits, expected", [
     ({"dev": 5, "test": 7}, "all"),
-    ({"train": 50, "dev": 5, "test": 7}, "test"),  # train queries must not be scored
+    ({"train": 50, "dev": 5, "test": 7}, "all"),  # train scored too, under its own split (not left out)
+    ({"train": 50, "test": 7}, "all"),
     ({"train": 50, "dev": 5}, "dev"),
     ({"dev": 5, "test": 0}, "dev"),
     ({"test": 3}, "test"),

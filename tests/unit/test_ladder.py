@@ -145,3 +145,17 @@ def test_the_shipped_sample_spec_lists_its_interventions_in_the_seed_order():
         ("filters", "hashing/flat"), ("model", "minilm/flat"), ("model", "e5-small/flat"), ("model", "bm25:bm25"),
         ("hybrid", "bm25+e5"), ("reranker", "minilm+rerank")]
     assert steps[0].against == "hashing/flat without filters"
+
+
+def test_the_reports_ladder_table_says_yes_and_no_under_headers_in_words():
+    from retbench.tasks.reporting.ladder_section import _shown
+
+    ladder = pl.DataFrame({"step": [1, 2, 3], "setting": ["a", "b", "c"], "test_ci_low": [0.1, None, 0.2],
+                           "dev_gain_held_on_test": [True, False, None], "recommended": [False, True, False],
+                           "added_index_bytes": [2048, -5, 0], "added_query_p50_ms": [1.0, None, None],
+                           "dev_p_value": [None, None, None]})
+    shown = _shown(ladder)
+    assert shown.columns == ["step", "setting", "gain on test, 95% CI low", "dev gain held on test",
+                             "added p50 ms per query", "added index size", "recommended"]  # an all-empty column left out
+    assert shown["dev gain held on test"].to_list() == ["yes", "no", None]  # no dev gain to hold: an empty cell
+    assert shown["recommended"].to_list() == ["no", "yes", "no"]

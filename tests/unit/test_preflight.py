@@ -55,7 +55,9 @@ def test_an_empty_store_has_every_distinct_text_to_embed_and_every_index_to_buil
     assert [(i.setting, i.kind, i.built) for i in plan.indexes] == [("h", "flat", False)]
     summary = plan.summary()
     assert "3 documents, 2 judged queries (dev 1, test 1), 2 judgments" in summary
-    assert "h 4 of 5" in summary and "Indexes to build: 1 of 1 (flat)" in summary
+    # The duplicate is said as such, not as a text already cached.
+    assert "Embedding: h 4 texts to embed (1 duplicate of other texts; none in the cache yet)." in summary
+    assert "Indexes to build: 1 of 1 (flat)" in summary
 
 
 def test_texts_in_the_cache_and_a_built_index_are_not_counted_again(tmp_path):
@@ -70,7 +72,8 @@ def test_texts_in_the_cache_and_a_built_index_are_not_counted_again(tmp_path):
     chunks = chunk_corpus(dataset.corpus, ChunkConfig(**spec.chunking_variants[0].model_dump(exclude={"name"})))
     documents = embed_texts(provider, "h", chunks["chunk_id"].to_list(), chunks["text"].to_list(), "document", store)
     plan = plan_run(spec, dataset, key)
-    assert [(p.texts, p.missing) for p in plan.providers] == [(5, 2)]  # the two queries
+    assert [(p.texts, p.missing, p.cached) for p in plan.providers] == [(5, 2, 2)]  # the two queries
+    assert "h 2 texts to embed (1 duplicate of other texts; 2 already in the cache)" in plan.summary()
     assert [i.built for i in plan.indexes] == [False]
     build_index(documents, IndexSettings("flat"), store)
     assert [i.built for i in plan_run(spec, dataset, key).indexes] == [True]

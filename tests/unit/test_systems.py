@@ -34,7 +34,7 @@ def test_fusion_and_lexical_and_reranker_specs_refuse_bad_values():
         LexicalSpec(name="x", b=1.5)
     with pytest.raises(ValidationError, match="unknown stop-word language"):
         LexicalSpec(name="x", tokenizer={"stopwords": "xx"})
-    with pytest.raises(ValidationError, match="unknown kind 'nope'"):
+    with pytest.raises(ValidationError, match="unknown reranker kind 'nope'"):
         RerankerSpec(name="r", kind="nope")
     with pytest.raises(ValidationError, match="exactly one"):
         RerankerSpec(name="r", kind="cohere-rerank", pricing={"price_date": "2026-11-01"})
@@ -54,7 +54,7 @@ def test_unknown_references_are_named_by_key_path():
                SystemSpec(name="typo", first="e5/flatt"),
                SystemSpec(name="ok", first="bm25:stemmed", rerank="cohere")]
     assert check_references(systems, known, ["ce"]) == [
-        "systems[1].first: unknown first stage 'e5/flatt' (known: bm25:plain, e5/flat, e5/ivf, minilm/flat, minilm/ivf)",
+        "systems[1].first: unknown first stage 'e5/flatt' (did you mean 'e5/flat'?) (known: bm25:plain, e5/flat, e5/ivf, minilm/flat, minilm/ivf)",
         "systems[2].name: 'ok' repeats systems[0].name",
         "systems[2].first: unknown first stage 'bm25:stemmed' (known: bm25:plain, e5/flat, e5/ivf, minilm/flat, minilm/ivf)",
         "systems[2].rerank: unknown reranker 'cohere' (known: ce)",

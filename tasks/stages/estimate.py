@@ -1,0 +1,193 @@
+"""`retbench check`'s estimate of a first run: the embedding time per provider and the store's size
+on disk from rows, dimensions and index kinds.
+
+The time per text comes from this machine's latency profile when the store holds one for the
+provider (a run with `latency:` measured it; no model is loaded), else, with `--estimate`, from a
+few batches embedded now (the model is loaded); each line says which. Batches embedded now are runs
+of neighbours in length, one at each quarter of the length-sorted texts, as the embed stage sorts
+them so that a batch pads little (random texts in one batch pad to the longest: 3.5x too slow on
+the sample). Each index's size is the vectors it holds."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import polars as pl
+
+from retbench.tasks.config.spec import BenchmarkSpec
+
+WINDOWS = 4  # batches timed, one per quarter of the texts sorted by length
+WINDOW = 8  # texts per timed batch: neighbours in length, as the embed stage's batches are
+FLOAT_BYTES = 4  # vectors are float32 in the cache and in flat and IVF indexes
+ID_BYTES = 8  # an IVF list stores an int64 id beside each vector
+# A cache row on disk per float32 byte of its vector: its content key, token count and Parquet's
+# pages beside the vector; dense floats do not compress (measured on the sample: 2,309 bytes per
+# 384-dimensional row for minilm and for e5-small, 1.50x; the hashing provider's sparse vectors
+# compress to far less, so for them this is an upper bound).
+CACHE_BYTES_PER_FLOAT_BYTE = 1.5
+PROFILED, MEASURED_NOW = "latency profile", "measured now"
+
+
+@dataclass(frozen=True)
+class ProviderEstimate:
+    provider: str
+    texts: int  # what the run would embed (not in the cache)
+    dim: int | None  # None: not known without loading the model
+    seconds_per_text: float | None  # None: no profile, and not measured now
+    source: str | None  # PROFILED or MEASURED_NOW
+    detail: str  # how the time per text was had
+    index_bytes: dict[str, int]  # index kind -> bytes, for the kinds sized here and not yet in the store
+    unsized: tuple[str, ...]  # index kinds switched on whose size is not estimated
+    load_seconds: float = 0.0
+
+    @property
+    def embed_seconds(self) -> float | None:
+        return None if self.seconds_per_text is None else self.texts * self.seconds_per_text
+
+    @property
+    def cache_bytes(self) -> int | None:
+        return None if self.dim is None else int(self.texts * self.dim * FLOAT_BYTES * CACHE_BYTES_PER_FLOAT_BYTE)
+
+    def line(self) -> str:
+        if self.seconds_per_text is None:
+            time_said = (f"time not estimated ({self.texts:,} texts to embed; no latency profile of this machine in "
+                         f"the store: --estimate measures it now, loading the model)")
+        else:
+            time_said = (f"~{_duration(self.embed_seconds)} to embed {self.texts:,} texts [{self.source}] "
+                         f"({1000 * self.seconds_per_text:.1f} ms per text, {self.detail})")
+        if self.dim is None:
+            return f"{self.provider}: {time_said}; size not estimated (dimension unknown without the model)."
+        indexes = ", ".join(f"{kind} {_bytes(n)}" for kind, n in self.index_bytes.items())
+        unsized = f"; not sized: {', '.join(self.unsized)}" if self.unsized else ""
+        if not self.texts and not self.index_bytes and not self.unsized:
+            return f"{self.provider}: {time_said}, {self.dim}-dimensional; nothing new on disk."
+        return (f"{self.provider}: {time_said}, {self.dim}-dimensional; new on disk ~{_bytes(self.cache_bytes)} of "
+                f"cached vectors and indexes {indexes or 'none'}{unsized}.")
+
+
+def timed_batches(texts: list[str]) -> list[list[str]]:
+    """WINDOWS runs of WINDOW texts, neighbours in length order, centred on each quarter of it."""
+    ordered = sorted(texts, key=len)
+    if len(ordered) <= WINDOWS * WINDOW:
+        return [ordered] if ordered else []
+    batches = []
+    for quarter in range(WINDOWS):
+        centre = int((quarter + 0.5) * len(ordered) / WINDOWS)
+        start = min(max(0, centre - WINDOW // 2), len(ordered) - WINDOW)
+        batches.append(ordered[start:start + WINDOW])
+    return batches
+
+
+def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame], queries: list[str],
+                       measure_now: bool = False) -> list[ProviderEstimate]:
+    """One estimate per provider of `plan` (tasks/stages/preflight.py RunPlan), from `chunks`
+    (chunking name -> chunk_id, text, the baseline first) and `queries` as the run embeds them;
+    `measure_now`: a provider without a latency profile embeds a few batches now."""
+    from retbench.tasks.providers import create_provider
+
+    texts = [t for table in chunks.values() for t in table["text"].to_list() if t.strip()]
+    baseline = next(iter(chunks.values()))["text"].to_list()
+    rows = sum(table.height for table in chunks.values())
+    estimates = []
+    for provider_spec, work in zip(spec.providers, plan.providers):
+        if work.note:  # a fine-tuned model does not exist before its fine-tune stage
+            continue
+        provider = create_provider(provider_spec.kind, provider_spec.options, provider_spec.dimensions)
+        dim = provider_spec.dimensions or provider.declared_dim()
+        per_text = profiled_seconds_per_text(spec, provider, provider_spec.batch_size, baseline, queries)
+        source, detail, loaded = PROFILED, "the document rows of this machine's latency profile in the store", 0.0
+        if per_text is None and measure_now:
+            per_text, dim, loaded, timed = _measure_now(provider, timed_batches(texts))
+            source = MEASURED_NOW
+            detail = (f"{timed} texts embedded now in batches of neighbours in length after one warm-up call; "
+                      f"model made in {loaded:.1f} s")
+        elif per_text is None:
+            source = None
+        sizes, unsized = index_sizes(spec, rows, dim) if dim else ({}, ())
+        # What the first run adds to the store: indexes already built there are not counted again.
+        unbuilt = {i.kind for i in plan.indexes if i.setting.split("@")[0] == provider_spec.name and not i.built}
+        sizes = {kind: n for kind, n in sizes.items() if kind in unbuilt}
+        unsized = tuple(kind for kind in unsized if kind in unbuilt)
+        estimates.append(ProviderEstimate(provider_spec.name, work.missing, dim, per_text, source, detail, sizes,
+                                          unsized, loaded))
+    return estimates
+
+
+def profiled_seconds_per_text(spec: BenchmarkSpec, provider, batch_size: int, documents: list[str],
+                              queries: list[str]) -> float | None:
+    """Seconds per document text from the latency profile a run of this spec measured on this
+    machine (the batch size nearest below the provider's batch_size, one call at a time), or None."""
+    from retbench.tasks.providers.fingerprint import full_fingerprint
+    from retbench.tasks.stages.embed import fingerprint_hash
+    from retbench.tasks.stages.measurements import latency_path, latency_texts_key
+    from retbench.tasks.store.remote import is_remote
+
+    if spec.latency is None or is_remote(spec.store_dir):
+        return None
+    section = spec.latency.model_dump(mode="json")
+    path = latency_path(spec.store_dir, fingerprint_hash(full_fingerprint(provider)), section,
+                        latency_texts_key(documents, queries, section))
+    if not path.is_file():
+        return None
+    rows = pl.read_parquet(path).filter((pl.col("role") == "document") & (pl.col("concurrency") == 1))
+    if rows.is_empty():
+        return None
+    fitting = rows.filter(pl.col("batch_size") <= batch_size).sort("batch_size")
+    row = fitting.row(-1, named=True) if fitting.height else rows.sort("batch_size").row(0, named=True)
+    return 1.0 / row["texts_per_second"] if row["texts_per_second"] else None
+
+
+def _measure_now(provider, batches: list[list[str]]) -> tuple[float, int, float, int]:
+    """(seconds per text, dimension, seconds to make the model, texts timed)."""
+    started = time.perf_counter()
+    vectors = provider.encode(batches[0][:1], "document")  # loads the model: the load's time, not a text's
+    loaded = time.perf_counter() - started
+    started = time.perf_counter()
+    for batch in batches:
+        provider.encode(batch, "document")
+    timed = sum(len(batch) for batch in batches)
+    return (time.perf_counter() - started) / timed, int(vectors.shape[1]), loaded, timed
+
+
+def index_sizes(spec: BenchmarkSpec, rows: int, dim: int) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Bytes of the flat and IVF index files over `rows` vectors of `dim` (what FAISS stores: the
+    float32 vectors; IVF adds an id per vector and its centroids), and the other kinds switched on."""
+    sizes = {"flat": rows * dim * FLOAT_BYTES}
+    if spec.indexes.ivf is not None:
+        from retbench.tasks.stages.index import plan_indexes
+
+        ivf = [s for s in plan_indexes(True, spec.indexes.ivf, rows).settings if s.kind == "ivf"]
+        if ivf:
+            nlist = dict(ivf[0].params).get("nlist") or 1
+            sizes["ivf"] = rows * (dim * FLOAT_BYTES + ID_BYTES) + nlist * dim * FLOAT_BYTES
+    return sizes, tuple(spec.indexes.other_kinds())
+
+
+def summary(estimates: list[ProviderEstimate]) -> str:
+    if not estimates:
+        return "Estimate: no provider to estimate (a fine-tuned model is trained first)."
+    timed = [e for e in estimates if e.embed_seconds is not None]
+    sized = [e for e in estimates if e.dim is not None]
+    total = sum(e.embed_seconds + e.load_seconds for e in timed)
+    disk = sum(e.cache_bytes + sum(e.index_bytes.values()) for e in sized)
+    overall = [f"embedding ~{_duration(total)} for {len(timed)} of {len(estimates)} provider(s)" if timed else "",
+               f"~{_bytes(disk)} in the store for {len(sized)} of {len(estimates)}" if sized else ""]
+    return (f"Estimate of a first run: {', '.join(p for p in overall if p) or 'nothing estimable'}. "
+            + " ".join(e.line() for e in estimates)
+            + " Not estimated: indexing, retrieval, scoring, the side stages (latency profile, sweep), BM25 and "
+              "rerankers.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,67 @@
+"""`retbench check`'s estimate (tasks/stages/estimate.py): the store's size from rows, dimensions
+and index kinds, and the time per text from this machine's latency profile or from texts embedded
+now (its value is the machine's, so what it is made of is asserted, and which source it came from)."""
+import polars as pl
+
+from retbench.tasks.config.spec import load_spec
+from retbench.tasks.providers import create_provider
+from retbench.tasks.providers.fingerprint import full_fingerprint
+from retbench.tasks.stages.embed import fingerprint_hash
+from retbench.tasks.stages.estimate import (MEASURED_NOW, PROFILED, estimate_first_run, index_sizes, summary,
+                                            timed_batches)
+from retbench.tasks.stages.measurements import latency_table, latency_texts_key
+from retbench.tasks.stages.preflight import chunk_tables, plan_run, preflight
+
+from tests.unit.test_preflight import spec_file
+
+
+def _planned(spec):
+    dataset, key = preflight(spec, create_folders=False)
+    return plan_run(spec, dataset, key), chunk_tables(spec, dataset, key), dataset.queries["text"].to_list()
+
+
+def test_index_sizes_follow_rows_dimension_and_kind(tmp_path):
+    spec = load_spec(spec_file(tmp_path))  # ivf: null
+    assert index_sizes(spec, 100, 32) == ({"flat": 100 * 32 * 4}, ())
+    spec = spec.model_copy(update={"indexes": spec.indexes.model_validate({"ivf": {"nlist": 4}, "hnsw": {"M": 8}})})
+    sizes, unsized = index_sizes(spec, 1000, 32)
+    # IVF: each vector and its int64 id, plus nlist float32 centroids.
+    assert sizes == {"flat": 1000 * 32 * 4, "ivf": 1000 * (32 * 4 + 8) + 4 * 32 * 4} and unsized == ("hnsw",)
+
+
+def test_without_a_profile_the_time_is_measured_only_when_asked(tmp_path):
+    spec = load_spec(spec_file(tmp_path))  # hashing, dim 32; 3 chunks + 2 queries, one text twice
+    plan, chunks, queries = _planned(spec)
+    [plain] = estimate_first_run(spec, plan, chunks, queries)
+    assert (plain.texts, plain.dim, plain.seconds_per_text, plain.source) == (4, 32, None, None)
+    assert plain.cache_bytes == int(4 * 32 * 4 * 1.5) and plain.index_bytes == {"flat": 3 * 32 * 4}
+    assert "h: time not estimated (4 texts to embed; no latency profile of this machine in the store" in summary([plain])
+    [now] = estimate_first_run(spec, plan, chunks, queries, measure_now=True)
+    assert now.source == MEASURED_NOW and now.seconds_per_text > 0
+    assert "3 texts embedded now" in now.detail  # few texts: all of them timed, after a warm-up call
+    assert "to embed 4 texts [measured now]" in summary([now])
+
+
+def test_a_latency_profile_in_the_store_gives_the_time_without_embedding(tmp_path):
+    path = spec_file(tmp_path)
+    path.write_text(path.read_text() + "latency: {batch_sizes: [1, 10, 100]}\n")
+    spec = load_spec(path)
+    plan, chunks, queries = _planned(spec)
+    provider = create_provider("hashing", {"dim": 32})
+    section = spec.latency.model_dump(mode="json")
+    rates = {1: 100.0, 10: 400.0, 100: 900.0}  # texts per second by batch size
+    profile = pl.DataFrame({"batch_size": list(rates), "concurrency": [1, 1, 1], "role": ["document"] * 3,
+                            "texts_per_second": list(rates.values())})
+    latency_table(spec.store_dir, fingerprint_hash(full_fingerprint(provider)), section,
+                  latency_texts_key(next(iter(chunks.values()))["text"].to_list(), queries, section), lambda: profile)
+    [estimate] = estimate_first_run(spec, plan, chunks, queries)
+    # The provider's batch_size is 64: the profile's batch of 10 is the nearest below it.
+    assert estimate.source == PROFILED and estimate.seconds_per_text == 1 / 400.0
+
+
+def test_the_timed_batches_are_neighbours_in_length_at_each_quarter():
+    texts = ["x" * n for n in range(100, 0, -1)]  # 100 texts, lengths 1..100, in no useful order
+    batches = timed_batches(texts)
+    assert [[len(t) for t in batch] for batch in batches] == [list(range(9, 17)), list(range(34, 42)),
+                                                              list(range(59, 67)), list(range(84, 92))]
+    assert timed_batches(["b", "aaa", "cc"]) == [["b", "cc", "aaa"]]  # too few for windows: all of them

@@ -89,7 +89,7 @@ def test_an_unknown_first_stage_is_refused_at_load_with_its_key_path(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.format(data=ROOT / "data" / "sample", out=tmp_path / "out", store=tmp_path / "store")
                     .replace("first: hashing/flat, rerank", "first: hashing/flatt, rerank"))
-    with pytest.raises(SpecError, match=r"systems\[2\]\.first: unknown first stage 'hashing/flatt' \(known: bm25:bm25, hashing/flat\)"):
+    with pytest.raises(SpecError, match=r"systems\[2\]\.first: unknown first stage 'hashing/flatt' \(did you mean 'hashing/flat'\?\) \(known: bm25:bm25, hashing/flat\)"):
         load_spec(path)
 
 

@@ -42,7 +42,7 @@ def test_chunking_list_keeps_order_and_names(tmp_path):
     ("chunking:\n  - {name: a, strategy: paragraph}\n  - {name: a, strategy: sentence}\n",
      "chunking[1].name: 'a' repeats chunking[0].name"),
     ("chunking:\n  - {name: a, strategy: paragraph, strategyy: 1}\n", "chunking[0].strategyy: unknown key"),
-    ("chunking:\n  - {strategy: paragraph}\n", "chunking[0].name: Field required"),
+    ("chunking:\n  - {strategy: paragraph}\n", "chunking[0].name: required, but not given"),
     ("chunking: []\n", "chunking: an empty list"),
     ("queries: {variants: [{name: l, lowercase: true}, {name: l, unicode: nfc}]}\n",
      "queries.variants[1].name: 'l' repeats queries.variants[0].name"),

@@ -49,7 +49,9 @@ class ProviderEstimate:
         return None if self.dim is None else int(self.texts * self.dim * FLOAT_BYTES * CACHE_BYTES_PER_FLOAT_BYTE)
 
     def line(self) -> str:
-        if self.seconds_per_text is None:
+        if not self.texts:
+            time_said = "nothing to embed (every text is in the cache)"
+        elif self.seconds_per_text is None:
             time_said = (f"time not estimated ({self.texts:,} texts to embed; no latency profile of this machine in "
                          f"the store: --estimate measures it now, loading the model)")
         else:

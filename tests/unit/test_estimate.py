@@ -1,6 +1,8 @@
 """`retbench check`'s estimate (tasks/stages/estimate.py): the store's size from rows, dimensions
 and index kinds, and the time per text from this machine's latency profile or from texts embedded
 now (its value is the machine's, so what it is made of is asserted, and which source it came from)."""
+import dataclasses
+
 import polars as pl
 
 from retbench.tasks.config.spec import load_spec
@@ -40,6 +42,8 @@ def test_without_a_profile_the_time_is_measured_only_when_asked(tmp_path):
     assert now.source == MEASURED_NOW and now.seconds_per_text > 0
     assert "3 texts embedded now" in now.detail  # few texts: all of them timed, after a warm-up call
     assert "to embed 4 texts [measured now]" in summary([now])
+    cached = dataclasses.replace(plain, texts=0, index_bytes={})
+    assert "h: nothing to embed (every text is in the cache), 32-dimensional; nothing new on disk." in summary([cached])
 
 
 def test_a_latency_profile_in_the_store_gives_the_time_without_embedding(tmp_path):

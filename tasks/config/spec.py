@@ -16,7 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
 from retbench.tasks.config.measurement import PricingSpec
 from retbench.tasks.config.measures import canonical_measure, default_measures, default_primary_measure
 from retbench.tasks.config.sections import SpecSection, spec_sections
-from retbench.tasks.config.spec_errors import UNION_TAGS, AtKey, describe, did_you_mean
+from retbench.tasks.config.spec_errors import UNION_TAGS, AtKey, describe, did_you_mean, unknown_name
 from retbench.tasks.config.stages import STAGES  # noqa: F401  (re-exported)
 from retbench.tasks.config.systems import LexicalSpec, RerankerSpec, SystemSpec, check_references
 from retbench.tasks.config.variants import DEFAULT_CHUNKING, QueriesSpec, repeated_names, resolve_rewrite_files
@@ -53,8 +53,7 @@ class DatasetSpec(_Strict):
         from retbench.tasks.datasets import known_formats
 
         if value not in known_formats():
-            raise ValueError(f"unknown dataset format {value!r}{did_you_mean(value, known_formats())} "
-                             f"(known: {', '.join(known_formats())})")
+            raise ValueError(unknown_name("dataset format", value, known_formats()))
         return value
 
     @model_validator(mode="after")
@@ -105,8 +104,7 @@ class ProviderSpec(_Strict):
         from retbench.tasks.providers import known_kinds  # after the spec's plugins are imported (load_spec_data)
 
         if value not in known_kinds():
-            raise ValueError(f"unknown provider kind {value!r}{did_you_mean(value, known_kinds())} "
-                             f"(known: {', '.join(known_kinds())})")
+            raise ValueError(unknown_name("provider kind", value, known_kinds()))
         return value
 
 

@@ -32,6 +32,13 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def unknown_name(what: str, name: object, known: Iterable[str]) -> str:
+    """"unknown provider kind 'x' (did you mean 'y'?) (known: ...)": the one wording of a name that
+    is not among `known` (kinds, formats, first stages, rerankers)."""
+    known = list(known)
+    return f"unknown {what} {name!r}{did_you_mean(name, known)} (known: {', '.join(known) or 'none'})"
+
+
 def key_path(loc: Iterable) -> str:
     """A location as a key path: ("providers", 1, "kind") -> providers[1].kind."""
     out = ""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from retbench.tasks.config.measurement import RerankPricing
-from retbench.tasks.config.spec_errors import AtKey, did_you_mean
+from retbench.tasks.config.spec_errors import AtKey, did_you_mean, unknown_name
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 # bm25s's own stop-word lists (by language code), plus a short Hindi list we ship (bm25s has none).
@@ -103,8 +103,7 @@ class RerankerSpec(_Strict):
         from retbench.tasks.rerankers import known_kinds
 
         if self.kind not in known_kinds():
-            raise AtKey("kind", f"unknown reranker kind {self.kind!r}{did_you_mean(self.kind, known_kinds())} "
-                                f"(known: {', '.join(known_kinds())})")
+            raise AtKey("kind", unknown_name("reranker kind", self.kind, known_kinds()))
         return self
 
 
@@ -172,14 +171,12 @@ def check_references(systems: list[SystemSpec], known_first_stages: list[str] | 
         seen.setdefault(system.name, i)
         for field, reference in system.references:
             if reference not in known and reference not in names:
-                errors.append(f"{root}[{i}].{field}: unknown first stage {reference!r}{did_you_mean(reference, known)} "
-                              f"(known: {', '.join(known) or 'none'})")
+                errors.append(f"{root}[{i}].{field}: {unknown_name('first stage', reference, known)}")
         if system.fusion is not None and system.fusion.method == "score" and len(system.fused) != 2:
             errors.append(f"{root}[{i}].fusion.method: score fusion weighs exactly 2 stages with alpha "
                           f"(got {len(system.fused)}); use method: rrf to fuse more")
         if system.rerank is not None and system.rerank not in rerankers:
-            errors.append(f"{root}[{i}].rerank: unknown reranker {system.rerank!r}{did_you_mean(system.rerank, rerankers)} "
-                          f"(known: {', '.join(rerankers) or 'none'})")
+            errors.append(f"{root}[{i}].rerank: {unknown_name('reranker', system.rerank, rerankers)}")
     return errors + cycle_errors(systems, root=root)
 
 

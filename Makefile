@@ -14,18 +14,25 @@ XDIST := -n $(WORKERS) --dist loadfile
 
 .PHONY: run test test-fast docs wheel clean
 
+# Everything installs with uv, which took 17 s for torch and 32 s for the test set here where pip
+# took 94 s and 2 min 26 s: a third of the suite's 8-minute budget. uv does not read pip's
+# configuration, so the folders of wheels that pip is told about (PIP_FIND_LINKS: this machine's
+# torch CPU wheel) are passed on; uv then keeps that torch, as the package's range allows.
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python $(foreach d,$(FIND_LINKS),--find-links $(d))
+
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet '$(TORCH)'
+	$(VENV)/bin/pip install --quiet uv
+	$(UV) '$(TORCH)'
 	touch $@
 
 $(VENV)/.installed-run: pyproject.toml $(VENV)/.created
-	$(VENV)/bin/pip install --quiet -e '.[onnx]'
+	$(UV) -e '.[onnx]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.created
-	$(VENV)/bin/pip install --quiet -e '.[all,docs,dev]'
+	$(UV) -e '.[all,docs,dev]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

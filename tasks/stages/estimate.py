@@ -166,20 +166,28 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
     return estimates
 
 
+def planned_ivf(spec: BenchmarkSpec, rows: int) -> tuple[dict, tuple[int, ...]] | None:
+    """The IVF index the run would build over `rows` vectors (its build parameters, the nprobe
+    values searched), or None when IVF is off or cannot be built on that many."""
+    if spec.indexes.ivf is None:
+        return None
+    from retbench.tasks.stages.index import plan_indexes
+
+    planned = plan_indexes(True, spec.indexes.ivf, rows)
+    ivf = [s for s in planned.settings if s.kind == "ivf"]
+    return (dict(ivf[0].params), tuple(planned.nprobe)) if ivf else None
+
+
 def search_work(spec: BenchmarkSpec, rows: int, dim: int, queries: int):
     """What the index and retrieve stages compute for one provider (flat, and IVF when switched on)."""
     from retbench.tasks.stages.estimate_search import SearchWork
-    from retbench.tasks.stages.index import plan_indexes
 
-    if spec.indexes.ivf is None:
+    ivf = planned_ivf(spec, rows)
+    if ivf is None:
         return SearchWork(rows, dim, queries)
-    planned = plan_indexes(True, spec.indexes.ivf, rows)
-    ivf = [s for s in planned.settings if s.kind == "ivf"]
-    if not ivf:
-        return SearchWork(rows, dim, queries)
-    params = dict(ivf[0].params)
+    params, nprobes = ivf
     return SearchWork(rows, dim, queries, nlist=params.get("nlist") or 1,
-                      train_rows=params.get("train_size") or rows, nprobes=tuple(planned.nprobe))
+                      train_rows=params.get("train_size") or rows, nprobes=nprobes)
 
 
 def profile_seconds(spec: BenchmarkSpec, provider, per_text: float, per_query: float | None) -> float:
@@ -235,13 +243,10 @@ def index_sizes(spec: BenchmarkSpec, rows: int, dim: int) -> tuple[dict[str, int
     """Bytes of the flat and IVF index files over `rows` vectors of `dim` (what FAISS stores: the
     float32 vectors; IVF adds an id per vector and its centroids), and the other kinds switched on."""
     sizes = {"flat": rows * dim * FLOAT_BYTES}
-    if spec.indexes.ivf is not None:
-        from retbench.tasks.stages.index import plan_indexes
-
-        ivf = [s for s in plan_indexes(True, spec.indexes.ivf, rows).settings if s.kind == "ivf"]
-        if ivf:
-            nlist = dict(ivf[0].params).get("nlist") or 1
-            sizes["ivf"] = rows * (dim * FLOAT_BYTES + ID_BYTES) + nlist * dim * FLOAT_BYTES
+    ivf = planned_ivf(spec, rows)
+    if ivf is not None:
+        nlist = ivf[0].get("nlist") or 1
+        sizes["ivf"] = rows * (dim * FLOAT_BYTES + ID_BYTES) + nlist * dim * FLOAT_BYTES
     return sizes, tuple(spec.indexes.other_kinds())
 
 

@@ -79,9 +79,9 @@ class ProviderEstimate:
         else:
             per_query = (f", {1000 * self.query_seconds_per_text:.1f} per query"
                          if self.query_seconds_per_text is not None and self.queries else "")
-            time_said = (f"~{_duration(self.embed_seconds)} to embed {self.texts:,} texts [{self.source}] "
+            time_said = (f"{_about(self.embed_seconds)} to embed {self.texts:,} texts [{self.source}] "
                          f"({1000 * self.seconds_per_text:.1f} ms per document text{per_query}, {self.detail})")
-        others = [f"{stage} {'' if seconds < 1 else '~'}{_duration(seconds)}"
+        others = [f"{stage} {_about(seconds)}"
                   for stage, seconds in self.stage_seconds.items() if stage != "embed"]
         if others:
             time_said += f"; {', '.join(others)}"
@@ -257,13 +257,18 @@ def summary(estimates: list[ProviderEstimate]) -> str:
     sized = [e for e in estimates if e.dim is not None]
     total = sum(sum(e.stage_seconds.values()) + e.load_seconds for e in timed)
     disk = sum(e.cache_bytes + sum(e.index_bytes.values()) for e in sized)
-    overall = [f"~{_duration(total)} of embedding, indexing, search and latency profile for {len(timed)} of "
+    overall = [f"{_about(total)} of embedding, indexing, search and latency profile for {len(timed)} of "
                f"{len(estimates)} provider(s)" if timed else "",
                f"~{_bytes(disk)} in the store for {len(sized)} of {len(estimates)}" if sized else ""]
     return (f"Estimate of a first run: {', '.join(p for p in overall if p) or 'nothing estimable'}. "
             + " ".join(e.line() for e in estimates)
             + " Not estimated: scoring and the report (seconds on small runs), the ANN sweep, BM25, rerankers, "
               "fine-tuning and the start of the flow.")
+
+
+def _about(seconds: float) -> str:
+    """An estimate's time: "~2 min", but "<1 s" without the "~", which would read as "about less than"."""
+    return _duration(seconds) if seconds < 1 else f"~{_duration(seconds)}"
 
 
 def _duration(seconds: float) -> str:

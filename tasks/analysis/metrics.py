@@ -25,6 +25,13 @@ tests/unit/test_metrics_vs_trec_eval.py):
   0 unless it has positive grades below ``relevance_level``). Run-only queries are ignored;
   qrels-only queries are ignored, or scored 0 for every measure with ``complete=True``
   (trec_eval -c). Both cases are logged as warnings with counts.
+- Judgments and holes (``judged@k``, ``ndcg_condensed@k``, ``bpref``): ``judged@k`` is the
+  share of the top k that has any qrels row (any grade, as ir_measures' Judged@k), divided by
+  min(k, docs retrieved), so a query with 4 retrieved, all judged, scores 1 at k=10.
+  ``ndcg_condensed`` is trec_eval ``-J`` (ir_measures ``nDCG(judged_only=True)``): docs without
+  a grade >= 0 are removed before ranking, so they neither gain nor push judged docs down; the
+  ideal ranking is unchanged. ``bpref`` is trec_eval's: judged non-relevant docs are those with
+  0 <= grade < ``relevance_level``; unjudged and negative-grade docs are skipped.
 - Errors: duplicate (query, doc) pairs in run or qrels, NaN or null scores, and missing
   columns raise ValueError; trec_eval also refuses duplicate docs.
 """
@@ -58,7 +65,7 @@ class Ranked:
 
     def __init__(self, qidx: np.ndarray, rank: np.ndarray, grade: np.ndarray, n_queries: int,
                  ideal_qidx: np.ndarray, ideal_grade: np.ndarray, num_rel: np.ndarray,
-                 relevance_level: int):
+                 relevance_level: int, judged: "Judged | None" = None):
         self.qidx = qidx
         self.rank = rank
         self.grade = grade
@@ -68,6 +75,14 @@ class Ranked:
         self.ideal_grade = ideal_grade
         self.num_rel = num_rel
         self.relevance_level = relevance_level
+        # Only built when a measure needs judged docs of every grade (judged@k, bpref, nDCG').
+        self._judged = judged
+
+    @property
+    def judged(self) -> "Judged":
+        if self._judged is None:
+            raise RuntimeError("this ranking was built without judged rows (Measure.needs_judged)")
+        return self._judged
 
     @cached_property
     def relevant(self) -> np.ndarray:
@@ -98,6 +113,18 @@ class Ranked:
         """Relevant docs retrieved in the top k per query (whole ranking when k is None)."""
         mask = self.relevant if k is None else self.relevant & (self.rank < k)
         return np.bincount(self.qidx[mask], minlength=self.n_queries).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Every retrieved doc that has a qrels row, whatever its grade, sorted by (query, rank),
+    with the per-query counts the judgment measures divide by."""
+
+    qidx: np.ndarray
+    rank: np.ndarray      # 0-based trec_eval rank in the whole ranking
+    grade: np.ndarray
+    num_ret: np.ndarray   # docs retrieved per query
+    num_nonrel: np.ndarray  # judged docs with 0 <= grade < relevance_level, per query
 
 
 def _divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -163,6 +190,51 @@ def ndcg_exp(r: Ranked, k: int | None) -> np.ndarray:
     return _ndcg(r, k, lambda g: np.exp2(g.astype(np.float64)) - 1.0)
 
 
+def judged_share(r: Ranked, k: int | None) -> np.ndarray:
+    j = r.judged
+    inside = slice(None) if k is None else j.rank < k
+    counted = np.bincount(j.qidx[inside], minlength=r.n_queries).astype(np.float64)
+    # ir_measures' Judged@k: a ranking shorter than k is judged on what it retrieved.
+    return _divide(counted, j.num_ret if k is None else np.minimum(j.num_ret, k))
+
+
+def _condensed(r: Ranked) -> Ranked:
+    """The ranking with unjudged (and negative-grade) docs removed, as trec_eval -J: each
+    judged doc's rank becomes its position among the judged docs of its query."""
+    j = r.judged
+    keep = j.grade >= 0
+    q, grade = j.qidx[keep], j.grade[keep]
+    counts = np.bincount(q, minlength=r.n_queries)
+    rank = np.arange(len(q), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    positive = grade > 0
+    return Ranked(q[positive], rank[positive], grade[positive], r.n_queries, r.ideal_qidx,
+                  r.ideal_grade, r.num_rel, r.relevance_level)
+
+
+def ndcg_condensed(r: Ranked, k: int | None) -> np.ndarray:
+    return ndcg(_condensed(r), k)
+
+
+def bpref(r: Ranked, k: int | None) -> np.ndarray:
+    j = r.judged
+    keep = j.grade >= 0
+    q, relevant = j.qidx[keep], j.grade[keep] >= r.relevance_level
+    # Judged non-relevant docs ranked above each doc of its query: a running count over all
+    # rows, less the count where its query starts.
+    nonrel = (~relevant).astype(np.int64)
+    before = np.cumsum(nonrel) - nonrel
+    counts = np.bincount(q, minlength=r.n_queries)
+    starts = np.minimum(np.cumsum(counts) - counts, max(len(q) - 1, 0))
+    above = before - np.repeat(before[starts] if len(q) else starts, counts)
+    rows = np.flatnonzero(relevant)
+    rq = q[rows]
+    num_rel = r.num_rel[rq]
+    cap = np.minimum(r.judged.num_nonrel[rq], num_rel)
+    penalty = _divide(np.minimum(above[rows], num_rel).astype(np.float64), cap.astype(np.float64))
+    total = np.bincount(rq, weights=1.0 - penalty, minlength=r.n_queries)
+    return _divide(total, r.num_rel)
+
+
 # --- measures and registry ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -175,10 +247,14 @@ class Measure:
     description: str
     trec_eval: str | None = None  # the trec_eval measure it equals, "{k}" for the cutoff
     k: int | None = None
+    # True when the kernel reads judged docs of every grade (Ranked.judged), which costs a
+    # rank lookup per judged doc rather than per relevant doc.
+    needs_judged: bool = False
 
     def at(self, k: int | None) -> "Measure":
         check_cutoff(self.name, self.cutoff, k)
-        return Measure(self.name, self.kernel, self.cutoff, self.description, self.trec_eval, k)
+        return Measure(self.name, self.kernel, self.cutoff, self.description, self.trec_eval, k,
+                       self.needs_judged)
 
     def compute(self, ranked: Ranked) -> np.ndarray:
         return self.kernel(ranked, self.k)
@@ -218,6 +294,14 @@ register(Measure("map", average_precision, "optional", "average precision (map_c
                  "map_cut.{k}"))
 register(Measure("hit_rate", hit_rate, "required", "1 if a relevant doc is in the top k",
                  "success.{k}"))
+register(Measure("judged", judged_share, "optional",
+                 "share of the top k with a judgment of any grade, as ir_measures Judged@k",
+                 needs_judged=True))
+register(Measure("ndcg_condensed", ndcg_condensed, "optional",
+                 "nDCG' on the condensed list (unjudged docs removed), trec_eval -J ndcg_cut",
+                 "ndcg_cut.{k} (-J)", needs_judged=True))
+register(Measure("bpref", bpref, "none", "binary preference, trec_eval bpref", "bpref",
+                 needs_judged=True))
 
 def parse_measure(name: str) -> Measure:
     """``"ndcg@10"`` -> nDCG cut at 10. Case-insensitive; canonical names are lower case
@@ -366,7 +450,7 @@ def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
 
 
 def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, queries: pl.Series,
-          relevance_level: int) -> Ranked:
+          relevance_level: int, with_judged: bool = False) -> Ranked:
     # Query ids become integer codes in id order, so every later step works on numbers.
     code = run["query_id"].cast(pl.Enum(run_queries)).to_physical().to_numpy()
     doc_hash = run["doc_id"].hash(seed=0).to_numpy()
@@ -383,8 +467,9 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
     qrels = qrels.filter(pl.col("query_id").is_in(queries.implode())).select(
         pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.Int64).alias("q"),
         "doc_id", "grade")
-    # grade >= 1 covers every relevance_level allowed and every doc with an nDCG gain.
-    positive = qrels.filter(pl.col("grade") > 0)
+    # grade >= 1 covers every relevance_level allowed and every doc with an nDCG gain; the
+    # judgment measures need every judged doc, whatever its grade.
+    positive = qrels if with_judged else qrels.filter(pl.col("grade") > 0)
     # Joining 10M (query, doc id) strings costs seconds; integer pair hashes pick the few
     # candidate rows first, and the exact join runs on those.
     wanted = _pair_hash(positive["doc_id"].hash(seed=0).to_numpy(), positive["q"].to_numpy())
@@ -394,18 +479,28 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
     rank = _trec_ranks(run, scoring) if scoring.height else np.zeros(0, dtype=np.int64)
     q = scoring["q"].to_numpy()
     order = np.lexsort((rank, q))
+    q, rank, grade = q[order], rank[order], scoring["grade"].to_numpy()[order]
     ideal = qrels.filter(pl.col("grade") > 0).sort(["q", "grade"], descending=[False, True])
     num_rel = np.bincount(qrels.filter(pl.col("grade") >= relevance_level)["q"].to_numpy(),
                           minlength=n)
+    judged = None
+    if with_judged:
+        nonrel = qrels.filter((pl.col("grade") >= 0) & (pl.col("grade") < relevance_level))
+        judged = Judged(q, rank, grade,
+                        num_ret=np.bincount(run["q"].to_numpy(), minlength=n).astype(np.float64),
+                        num_nonrel=np.bincount(nonrel["q"].to_numpy(), minlength=n))
+        keep = grade > 0
+        q, rank, grade = q[keep], rank[keep], grade[keep]
     return Ranked(
-        qidx=q[order],
-        rank=rank[order],
-        grade=scoring["grade"].to_numpy()[order],
+        qidx=q,
+        rank=rank,
+        grade=grade,
         n_queries=n,
         ideal_qidx=ideal["q"].to_numpy(),
         ideal_grade=ideal["grade"].to_numpy(),
         num_rel=num_rel.astype(np.float64),
         relevance_level=relevance_level,
+        judged=judged,
     )
 
 
@@ -436,7 +531,8 @@ def evaluate(run: pl.DataFrame, qrels: pl.DataFrame, measures: Sequence[str], *,
 
     ids = both
     if len(both):
-        ranked = _rank(run, qrels, run_q, both, relevance_level)
+        ranked = _rank(run, qrels, run_q, both, relevance_level,
+                       with_judged=any(m.needs_judged for m in parsed))
         scored = [m.compute(ranked) for m in parsed]
     else:
         scored = [np.zeros(0) for _ in parsed]

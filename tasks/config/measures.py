@@ -17,6 +17,9 @@ CUTOFF_RULES: dict[str, str] = {
     "mrr": "optional",
     "map": "optional",
     "hit_rate": "required",
+    "judged": "optional",
+    "ndcg_condensed": "optional",
+    "bpref": "none",
 }
 
 _NAME = re.compile(r"^\s*([a-z_]+)\s*(?:@\s*(\d+))?\s*$")
@@ -62,6 +65,9 @@ def default_primary_measure(ks: list[int]) -> str:
 
 def default_measures(ks: list[int]) -> list[str]:
     """Recall@k, MRR and graded nDCG@k (linear gain, as trec_eval), plus the
-    exponential-gain nDCG (2^rel - 1) under its own name."""
+    exponential-gain nDCG (2^rel - 1) under its own name; then, at the primary measure's
+    cutoff, how much of the top was judged (judged@k), nDCG' on the condensed list, and bpref:
+    what the verdict needs to say when unjudged docs could change its answer."""
     measures = [f"recall@{k}" for k in ks] + ["mrr"] + [f"ndcg@{k}" for k in ks]
-    return measures + [f"ndcg_exp@{k}" for k in ks]
+    cut = default_primary_measure(ks).split("@")[1]
+    return measures + [f"ndcg_exp@{k}" for k in ks] + [f"judged@{cut}", f"ndcg_condensed@{cut}", "bpref"]

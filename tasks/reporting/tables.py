@@ -10,7 +10,8 @@ import polars as pl
 from retbench.tasks.store.files import atomic_write, write_json, write_parquet
 
 # Measure families in reading order; within a family by cutoff. Unknown families come after, by name.
-MEASURE_FAMILIES = ("recall", "mrr", "ndcg", "ndcg_exp", "map", "precision", "overlap")
+MEASURE_FAMILIES = ("recall", "mrr", "ndcg", "ndcg_exp", "ndcg_condensed", "judged", "bpref", "map", "precision",
+                    "overlap")
 _MEASURE = re.compile(r"^(?P<family>[^@]+)(?:@(?P<k>\d+))?$")
 
 

@@ -83,7 +83,7 @@ def test_default_measures_follow_k_as_the_primary_measure_does(tmp_path):
 def test_a_written_measure_k_cannot_score_is_refused_at_its_key(tmp_path):
     lines = _errors(tmp_path, MINIMAL + "k: [5]\nhistory: {measures: [nDCG@5, MRR, recall@10]}\n")
     assert lines == ["history.measures[2]: 'recall@10' is not scored by this spec (with k=[5]: recall@5, mrr, ndcg@5, "
-                     "ndcg_exp@5) (did you mean 'recall@5'?)"]
+                     "ndcg_exp@5, judged@5, ndcg_condensed@5, bpref) (did you mean 'recall@5'?)"]
     path = tmp_path / "spec.yaml"
     path.write_text(MINIMAL + "k: [5]\nhistory: {measures: [nDCG@5, MRR]}\nsweep: {measure: ndcg@10}\n")
     spec = load_spec(path)

@@ -13,7 +13,8 @@ def test_console_summary_shows_every_measure_in_a_fixed_order():
         "measure": measures, "value": [i / 100 for i in range(len(measures))], "queries": 7,
     })
     expected = ["recall@5", "recall@10", "recall@20", "mrr", "ndcg@5", "ndcg@10", "ndcg@20",
-                "ndcg_exp@5", "ndcg_exp@10", "ndcg_exp@20", "map"]
+                "ndcg_exp@5", "ndcg_exp@10", "ndcg_exp@20", "ndcg_condensed@10", "judged@10", "bpref",
+                "map"]
     assert summary_wide(summary).columns == ["provider", "index", "nprobe", "queries", *expected]
     header, rule, row = summary_table_text(summary).splitlines()
     assert header.split() == ["provider", "index", "nprobe", "queries", *expected]

@@ -17,6 +17,11 @@ class VerdictSpec(BaseModel):
         description="smallest relative saving on an axis ($ per 1,000 queries, p95 query latency, index bytes, "
                     "corpus embedding $) that counts as cheaper; a latency must also beat the best's beyond both "
                     "measurements' noise bands")
+    min_queries: int = Field(
+        20, ge=1,
+        description="fewest verdict queries (test queries when held out) at which the verdict states its paired test "
+                    "without a warning; below it the verdict says how small a p its test can reach at all "
+                    "(2 / 2^n for n queries), and that none can be significant when that floor is >= 0.05")
 
 
 DEFAULT_MARGIN = 0.01

@@ -188,7 +188,8 @@ def verdict_section(verdict: Verdict, output_dir: Path | None = None) -> Section
                + f". The dotted line is the best's mean minus the margin ({verdict.margin.value:.3f}): a setting counts as "
                "'as good' only when a paired one-sided test puts its difference from the best above that line, which a "
                "bar ending right of it does not prove. Overlapping whiskers mean the data cannot tell those settings apart.")
-    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, verdict.best["label"], pick, threshold),
+    best = "" if verdict.no_best else verdict.best["label"]  # nothing is green when ties decide every setting
+    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, best, pick, threshold),
             f"{verdict.measure} per setting", caption)
     return section
 

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.degenerate import TiedRanking, smallest_p, tied_rankings
 from retbench.tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
 from retbench.tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
 from retbench.tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
@@ -143,6 +144,14 @@ class Verdict:
     tuned_on_dev: list[str] = field(default_factory=list)
     dev: pl.DataFrame | None = None  # the same settings over the non-test queries, best first
     measure_note: str | None = None
+    # Settings whose top k is one tied score on nearly every query: ranked last, never best.
+    ranked_by_ties: list[TiedRanking] = field(default_factory=list)
+    min_queries: int = 20
+
+    @property
+    def no_best(self) -> bool:
+        """Every setting is ranked by ties: `best` is then only the first in tie order."""
+        return any(t.label == self.best["label"] for t in self.ranked_by_ties)
 
     @property
     def cheapest(self) -> dict:
@@ -153,7 +162,8 @@ class Verdict:
         """The small verdict table: best, runner-up, the as-good-and-cheaper pick (each once)."""
         roles: dict[str, list[str]] = {}
         pick = self.as_good_and_cheaper.row if self.as_good_and_cheaper else None
-        for role, row in (("best", self.best), ("runner-up", self.runner_up), ("as good and cheaper", pick)):
+        first = "first in tie order (no best)" if self.no_best else "best"
+        for role, row in ((first, self.best), ("runner-up", self.runner_up), ("as good and cheaper", pick)):
             if row is not None:
                 roles.setdefault(row["label"], []).append(role)
         return (self.settings.filter(pl.col("label").is_in(list(roles)))
@@ -164,6 +174,7 @@ class Verdict:
         against the best and the axes it is cheaper on."""
         tested = {c.row["label"]: c for c in self.candidates}
         pick = self.as_good_and_cheaper.row["label"] if self.as_good_and_cheaper else None
+        tied = {t.label for t in self.ranked_by_ties}
         rows = []
         for row in self.settings.iter_rows(named=True):
             c = tested.get(row["label"])
@@ -177,7 +188,9 @@ class Verdict:
                 "as_good": None if c is None else c.test.holds,
                 "cheaper_on": None if c is None else ", ".join(s.axis.words for s in c.cheaper_on),
                 "as_good_and_cheaper": None if c is None else c.qualifies,
-                "role": "best" if row["label"] == self.best["label"] else ("as good and cheaper" if row["label"] == pick else None),
+                "ranked_by_ties": row["label"] in tied,
+                "role": ("best" if row["label"] == self.best["label"] and not self.no_best
+                         else ("as good and cheaper" if row["label"] == pick else None)),
                 "usd_per_1k_queries": row["usd_per_1k_queries"], "query_p95_ms": row["query_p95_ms"],
                 "query_p95_low": row["query_p95_low"], "query_p95_high": row["query_p95_high"],
                 "index_bytes": row["index_bytes"], "corpus_usd": row["corpus_usd"],
@@ -225,21 +238,29 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
     within the margin and cheaper: the first cost axis (price, p95 latency, index size, corpus
     embedding price) on which some qualifying setting saves most, ties to the better quality."""
     output_dir = Path(output_dir)
+    spec = spec or VerdictSpec()
     every_query = per_query = read_table(output_dir, "per_query")
     scope = verdict_scope(per_query, measure)
     table = settings_table(output_dir, measure, scope.split)
     if per_query is not None and scope.split is not None:
         per_query = per_query.filter(pl.col("split") == scope.split)
+    tied = _ranked_by_ties(output_dir, table, per_query, measure)
+    if tied:
+        # A tie-ordered setting's measure is the doc-id order's luck: it goes last, and is
+        # neither best, runner-up nor a cheaper pick.
+        is_tied = pl.col("label").is_in([t.label for t in tied])
+        table = pl.concat([table.filter(~is_tied), table.filter(is_tied)])
+    ranked = table.height - len(tied)
     best = table.row(0, named=True)
-    runner = table.row(1, named=True) if table.height > 1 else None
+    runner = table.row(1, named=True) if ranked > 1 else None
     margin = verdict_margin(spec, loss_budget, best["mean"])
-    min_saving = (spec or VerdictSpec()).min_saving
+    min_saving = spec.min_saving
     versus, candidates, pick, versus_pick = None, [], None, None
     if per_query is not None and runner is not None:
         key = lambda row: tuple(row[c] for c in SETTING)  # noqa: E731
         versus = paired(per_query, key(best), key(runner), measure)
         paired_queries, values = _values_by_setting(per_query, measure)
-        for row in table.iter_rows(named=True):
+        for row in table.head(ranked).iter_rows(named=True):
             if row["label"] != best["label"] and key(row) in values and len(paired_queries) >= 2:
                 test = non_inferiority(values[key(row)], values[key(best)], margin.value)
                 candidates.append(Candidate(row, test, savings(best, row, min_saving)))
@@ -252,7 +273,28 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
         dev = best_first(split_quality(every_query, read_table(output_dir, "breakdown"), measure,
                                        "dev" if "dev" in others else others[0]).with_columns(label=label_expr()))
     return Verdict(measure, scope, margin, min_saving, table, best, runner, versus, candidates, pick, versus_pick,
-                   tuned_on_dev(output_dir), dev, measure_note)
+                   tuned_on_dev(output_dir), dev, measure_note, tied, spec.min_queries)
+
+
+def _ranked_by_ties(output_dir: Path, table: pl.DataFrame, per_query: pl.DataFrame | None,
+                    measure: str) -> list[TiedRanking]:
+    """The settings whose top k (the measure's cutoff) is one tied score on nearly every verdict
+    query, in table order; none when the run's documents were not kept (runs.parquet)."""
+    path = output_dir / "runs.parquet"
+    if not path.exists():
+        return []
+    cutoff = int(measure.split("@")[1]) if "@" in measure else 1000
+    queries = None if per_query is None else per_query["query_id"].unique().to_list()
+    counts = tied_rankings(pl.scan_parquet(path), cutoff, queries)
+    found = {tuple(r[c] for c in SETTING): r for r in counts.iter_rows(named=True)}
+    out = []
+    for row in table.iter_rows(named=True):
+        got = found.get(tuple(row[c] for c in SETTING))
+        if got is not None:
+            t = TiedRanking(row["label"], got["queries"], got["tied"], got["all_zero"])
+            if t.degenerate:
+                out.append(t)
+    return out
 
 
 def _pick(candidates: list[Candidate]) -> Candidate | None:
@@ -339,11 +381,21 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
         out.append(f"{where}: " + "; ".join(verdict.tuned_on_dev) + ".")
     if verdict.measure_note:
         out.append(verdict.measure_note)
+    if verdict.ranked_by_ties:
+        out.append(_ties_sentence(verdict))
+    if verdict.no_best:
+        out.append(f"No setting ranks the documents, so no best is named: the {m} of each comes from the order of "
+                   "tied documents (by id), not from retrieval. Check that the queries and documents share a "
+                   "language and a tokenizer, and that the model loaded.")
+        return out
     out.append(f"Best setting by {m}: {best['label']}, {_interval(best)} over {_queries(verdict, best['n'])}.")
     if runner is None:
-        out.append("It is the only setting, so there is nothing to compare it with.")
+        alone = "the only setting that ranks" if verdict.ranked_by_ties else "the only setting"
+        out.append(f"It is {alone}, so there is nothing to compare it with.")
         out.append("What it costs: " + _what_it_costs(best))
         return out
+    if versus is not None and versus.n < verdict.min_queries:
+        out.append(_few_queries_sentence(verdict, versus.n))
     if versus is None:
         out.append(f"Runner-up: {runner['label']} ({runner['mean']:.3f}); no per-query values to test the difference.")
     else:
@@ -353,6 +405,24 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
                    f"(paired randomisation test, {_queries(verdict, versus.n)}).")
     out += _as_good_and_cheaper_sentences(verdict)
     return out
+
+
+def _ties_sentence(verdict: Verdict) -> str:
+    tied = verdict.ranked_by_ties
+    what = "; ".join(t.words() for t in tied)
+    return (f"Ranked by ties, not by retrieval: {what}. "
+            + ("Its" if len(tied) == 1 else "Their") + f" {verdict.measure} comes from the order of tied documents "
+            "(by id), so " + ("it is" if len(tied) == 1 else "they are") + " neither named best nor compared.")
+
+
+def _few_queries_sentence(verdict: Verdict, n: int) -> str:
+    floor = smallest_p(n)
+    head = (f"Only {_queries(verdict, n)} (fewer than verdict.min_queries, {verdict.min_queries}): the paired "
+            f"randomisation test cannot give a p below {floor:.3g} (2 / 2^{n})")
+    if floor >= ALPHA:
+        return head + f", so no difference can be significant at {ALPHA:g}; judge more queries."
+    return (head + ", so a difference is significant only when nearly every query moves the same way; "
+            "the intervals are rough at this size.")
 
 
 def _as_good_and_cheaper_sentences(verdict: Verdict) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from retbench.tasks.analysis.breakdown import paired_comparison
+from retbench.tasks.analysis.holes import DEFAULT_JUDGED_GAP, Side, hole_gap, hole_measures
 
 # The seed's order: the cheapest interventions first, each later one costs more to try.
 KINDS = ("chunking", "filters", "query", "model", "hybrid", "reranker", "finetuned", "cheaper")
@@ -35,6 +36,10 @@ LADDER_SCHEMA = {
     "dev_p_value": pl.Float64, "dev_significant": pl.Boolean, "dev_gain_held_on_test": pl.Boolean,
     "added_usd_per_1k_queries": pl.Float64, "added_query_p50_ms": pl.Float64, "added_index_bytes": pl.Int64,
     "gain_per_added_ms": pl.Float64, "gain_per_added_usd": pl.Float64, "recommended": pl.Boolean,
+    # How much of each top k was judged, and the gain on nDCG' (unjudged documents removed), on
+    # the test queries; judged_gap: the two judged@k differ by more than the threshold.
+    "judged_measure": pl.String, "test_baseline_judged": pl.Float64, "test_judged": pl.Float64,
+    "test_condensed_gain": pl.Float64, "judged_gap": pl.Boolean, "holes_sentence": pl.String,
 }
 COST_COLUMNS = ("usd_per_1k_queries", "query_p50_ms", "index_bytes")
 
@@ -111,9 +116,38 @@ def _per(gain: float | None, added) -> float | None:
     return gain / added
 
 
+def _holes(per_query: pl.DataFrame, step: tuple[str, str], reference: tuple[str, str], holes: tuple[str, str] | None,
+           gain: float | None, threshold: float) -> dict:
+    """judged@k of step and reference and the condensed nDCG' gain over the test queries both
+    scored, and the one-sentence flag when their judged@k differ by more than `threshold`."""
+    empty = {"judged_measure": None if holes is None else holes[0], "test_baseline_judged": None, "test_judged": None,
+             "test_condensed_gain": None, "judged_gap": None, "holes_sentence": None}
+    if holes is None:
+        return empty
+    means = []
+    for name, params in (step, reference):
+        rows = pl.concat([_rows(per_query, name, params, m, "test") for m in holes])
+        means.append(rows)
+    common = set(means[0]["query_id"]) & set(means[1]["query_id"])
+    if not common:
+        return empty
+    sides = []
+    for (name, _), rows in zip((step, reference), means):
+        rows = rows.filter(pl.col("query_id").is_in(list(common)))
+        got = dict(rows.group_by("measure").agg(pl.col("value").mean()).iter_rows())
+        if any(m not in got for m in holes):
+            return empty
+        sides.append(Side(name, got[holes[0]], got[holes[1]]))
+    k = holes[0].split("@")[1] if "@" in holes[0] else ""
+    gap = hole_gap(sides[0], sides[1], gain if gain is not None else 0.0, k, threshold)
+    return {"judged_measure": holes[0], "test_baseline_judged": sides[1].judged, "test_judged": sides[0].judged,
+            "test_condensed_gain": sides[0].condensed - sides[1].condensed, "judged_gap": gap is not None,
+            "holes_sentence": None if gap is None else gap.sentence()}
+
+
 def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step], baseline: str, measure: str,
                  baseline_params: str = NO_PARAMS, resamples: int = 1000, permutations: int = 10000, seed: int = 0,
-                 level: float = 0.95) -> pl.DataFrame:
+                 level: float = 0.95, judged_gap: float = DEFAULT_JUDGED_GAP) -> pl.DataFrame:
     """One row per step in the seed's order: its test gain over `baseline` on `measure` (paired
     over the test queries both scored), the same on dev as tuning evidence, what it adds per
     query (USD per 1,000 queries, p50 query latency, index bytes) and the gain per added ms and
@@ -121,7 +155,11 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
 
     per_query: setting, [params,] query_id, measure, value, split. costs: setting, [params,]
     usd_per_1k_queries, query_p50_ms, index_bytes (null: not measured). A step whose setting has
-    no per-query row is refused: the ladder must list every intervention it was given."""
+    no per-query row is refused: the ladder must list every intervention it was given.
+
+    When per_query also scores judged@k and ndcg_condensed@k (at the measure's cutoff), each step
+    carries both settings' judged@k on test, its gain on nDCG', and `judged_gap`, set when the
+    two judged@k differ by more than `judged_gap` (holes_sentence says it in words)."""
     missing = [c for c in ("setting", "query_id", "measure", "value", "split") if c not in per_query.columns]
     if missing:
         raise ValueError(f"per_query: missing columns {missing} (found {per_query.columns})")
@@ -129,6 +167,7 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
     base = (baseline, baseline_params)
     if _rows(per_query, *base, measure, "test").is_empty() and _rows(per_query, *base, measure, "dev").is_empty():
         raise ValueError(f"per_query has no {measure} rows for the baseline {baseline!r} (params {baseline_params})")
+    holes = hole_measures(measure, set(per_query["measure"].unique()))
     cost_rows = {}
     for row in costs.iter_rows(named=True):
         cost_rows[(row["setting"], row.get("params") or NO_PARAMS)] = row
@@ -162,6 +201,7 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
             "added_usd_per_1k_queries": usd, "added_query_p50_ms": ms,
             "added_index_bytes": None if size is None else int(size),
             "gain_per_added_ms": _per(gain, ms), "gain_per_added_usd": _per(gain, usd), "recommended": False,
+            **_holes(per_query, key, reference, holes, gain, judged_gap),
         })
     table = pl.DataFrame(out, schema=LADDER_SCHEMA, orient="row")
     pick = cheapest_helpful(table)

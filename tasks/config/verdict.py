@@ -22,6 +22,12 @@ class VerdictSpec(BaseModel):
         description="fewest verdict queries (test queries when held out) at which the verdict states its paired test "
                     "without a warning; below it the verdict says how small a p its test can reach at all "
                     "(2 / 2^n for n queries), and that none can be significant when that floor is >= 0.05")
+    judged_gap: float = Field(
+        0.10, ge=0, le=1,
+        description="largest difference in judged@k (the share of the top k that carries a judgment, at the primary "
+                    "measure's cutoff) between two compared settings (best and runner-up, the cheaper pick and the best, "
+                    "a ladder step and its baseline) that the verdict and the ladder pass over in silence; beyond it they "
+                    "say which retrieves more unjudged documents and whether the order holds on condensed nDCG'")
 
 
 DEFAULT_MARGIN = 0.01

@@ -12,13 +12,15 @@ from retbench.tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheape
                                    ladder_table, lexical_hint, next_steps, window_hint)
 from retbench.tasks.config.cheaper import cheaper_variants
 from retbench.tasks.config.setting import FirstStage, Setting
+from retbench.tasks.config.verdict import VerdictSpec
 from retbench.tasks.reporting import figures
 from retbench.tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
 from retbench.tasks.stages.variants import plan_settings
 
 UNFILTERED = " without filters"  # the label suffix of the baseline searched without its queries' filters
 NEXT_SCHEMA = {"try_next": pl.String, "evidence": pl.String, "sentence": pl.String}
-SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "test_baseline", "test_value", "test_gain",
+SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "test_baseline", "test_baseline_judged",
+         "test_value", "test_judged", "test_gain", "test_condensed_gain",
          "test_ci_low", "test_ci_high", "test_p_value", "dev_gain", "dev_p_value", "dev_gain_held_on_test",
          "added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes", "gain_per_added_ms",
          "gain_per_added_usd", "recommended")
@@ -31,7 +33,10 @@ HEADERS = {"step": "step", "intervention": "intervention", "setting": "setting",
            "dev_p_value": "p on dev", "dev_gain_held_on_test": "dev gain held on test",
            "added_usd_per_1k_queries": "added $ per 1,000 queries", "added_query_p50_ms": "added p50 ms per query",
            "added_index": "added index size", "gain_per_added_ms": "gain per added ms",
-           "gain_per_added_usd": "gain per added $", "recommended": "recommended"}
+           "gain_per_added_usd": "gain per added $", "recommended": "recommended",
+           # {judged}: the judged@k the run scored (judged_measure), so the header names its cutoff.
+           "test_baseline_judged": "baseline {judged} on test", "test_judged": "step {judged} on test",
+           "test_condensed_gain": "gain on nDCG′ (condensed) on test"}
 
 
 # --- which interventions a spec contains ------------------------------------------------------
@@ -169,7 +174,8 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
                                                          query_p50_ms=pl.lit(None, pl.Float64))])
     stats = spec.statistics
     ladder = ladder_table(scored, costs, kept, baseline, measure, resamples=stats.resamples,
-                          permutations=stats.permutations, seed=stats.seed, level=stats.confidence)
+                          permutations=stats.permutations, seed=stats.seed, level=stats.confidence,
+                          judged_gap=(spec.verdict or VerdictSpec()).judged_gap)
     cut = 10 if 10 in spec.k else max(spec.k)
     failures, breakdown, cost = (read_table(output_dir, name) for name in ("failures", "breakdown", "cost"))
     over_window = None
@@ -234,6 +240,8 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
         best = ladder.filter(pl.col("test_n") > 0).sort("test_gain", descending=True, nulls_last=True).row(0, named=True)
         out.append(f"No step gains significantly on test over the baseline (largest: {best['setting']} {_gain(best)}).")
         out += hints or ["The failure log points at no particular intervention to try next."]
+    if "holes_sentence" in ladder.columns:  # ladder tables written before judged@k have no such column
+        out += [f"{r['setting']}: {r['holes_sentence']}" for r in ladder.iter_rows(named=True) if r["holes_sentence"]]
     lost = ladder.filter(pl.col("dev_gain_held_on_test").eq(False))
     if lost.height:
         out.append("Dev gains that did not hold on test: " + ", ".join(
@@ -282,7 +290,8 @@ def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
     frame = frame.with_columns(pl.when(pl.col(c)).then(pl.lit("yes")).when(~pl.col(c)).then(pl.lit("no")).alias(c)
                                for c in frame.columns if frame[c].dtype == pl.Boolean)  # null stays empty
     frame = frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
-    return frame.rename({c: HEADERS.get(c, c) for c in frame.columns})
+    judged = next((j for j in ladder["judged_measure"] if j), "judged@k") if "judged_measure" in ladder.columns else "judged@k"
+    return frame.rename({c: HEADERS.get(c, c).replace("{judged}", judged) for c in frame.columns})
 
 
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):

@@ -12,6 +12,7 @@ import polars as pl
 
 from retbench.tasks.analysis.breakdown import paired_comparison
 from retbench.tasks.analysis.degenerate import TiedRanking, smallest_p, tied_rankings
+from retbench.tasks.analysis.holes import HoleGap, Side, hole_gap, hole_measures
 from retbench.tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
 from retbench.tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
 from retbench.tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
@@ -147,6 +148,12 @@ class Verdict:
     # Settings whose top k is one tied score on nearly every query: ranked last, never best.
     ranked_by_ties: list[TiedRanking] = field(default_factory=list)
     min_queries: int = 20
+    # judged@k and condensed nDCG' at the primary cutoff: (judged name, condensed name), each
+    # setting's two means on the verdict's queries, and the compared pairs whose judged@k differ
+    # by more than verdict.judged_gap (best vs runner-up first, then the pick vs the best).
+    hole_measures: tuple[str, str] | None = None
+    judged: dict[str, tuple[float, float]] = field(default_factory=dict)
+    hole_gaps: dict[str, HoleGap] = field(default_factory=dict)  # "runner-up" / "pick" -> gap
 
     @property
     def no_best(self) -> bool:
@@ -189,6 +196,8 @@ class Verdict:
                 "cheaper_on": None if c is None else ", ".join(s.axis.words for s in c.cheaper_on),
                 "as_good_and_cheaper": None if c is None else c.qualifies,
                 "ranked_by_ties": row["label"] in tied,
+                "judged": self.judged.get(row["label"], (None, None))[0],
+                "condensed": self.judged.get(row["label"], (None, None))[1],
                 "role": ("best" if row["label"] == self.best["label"] and not self.no_best
                          else ("as good and cheaper" if row["label"] == pick else None)),
                 "usd_per_1k_queries": row["usd_per_1k_queries"], "query_p95_ms": row["query_p95_ms"],
@@ -272,8 +281,38 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
         others = [s for s in scope.splits if s != HELD_OUT]
         dev = best_first(split_quality(every_query, read_table(output_dir, "breakdown"), measure,
                                        "dev" if "dev" in others else others[0]).with_columns(label=label_expr()))
+    holes = None if per_query is None else hole_measures(measure, set(per_query["measure"].unique()))
+    judged = {} if holes is None else _judged_means(per_query, table, holes)
+    gaps = {}
+    if holes is not None:
+        k = holes[0].split("@")[1] if "@" in holes[0] else ""
+        side = lambda row: Side(row["label"], *judged[row["label"]])  # noqa: E731
+        pairs = []
+        if runner is not None and best["label"] in judged and runner["label"] in judged:
+            pairs.append(("runner-up", best, runner, versus.diff if versus else best["mean"] - runner["mean"]))
+        if pick is not None and pick.row["label"] in judged and best["label"] in judged:
+            pairs.append(("pick", pick.row, best, pick.test.diff))
+        for role, a, b, diff in pairs:
+            gap = hole_gap(side(a), side(b), diff, k, spec.judged_gap)
+            if gap is not None:
+                gaps[role] = gap
     return Verdict(measure, scope, margin, min_saving, table, best, runner, versus, candidates, pick, versus_pick,
-                   tuned_on_dev(output_dir), dev, measure_note, tied, spec.min_queries)
+                   tuned_on_dev(output_dir), dev, measure_note, tied, spec.min_queries, holes, judged, gaps)
+
+
+def _judged_means(per_query: pl.DataFrame, table: pl.DataFrame, holes: tuple[str, str]) -> dict[str, tuple[float, float]]:
+    """label -> (judged@k, condensed nDCG') means of every setting of `table` over `per_query`."""
+    means = (per_query.filter(pl.col("measure").is_in(list(holes)))
+             .group_by(*SETTING, "measure").agg(pl.col("value").mean()))
+    found: dict[tuple, dict[str, float]] = {}
+    for row in means.iter_rows(named=True):
+        found.setdefault(tuple(row[c] for c in SETTING), {})[row["measure"]] = row["value"]
+    out = {}
+    for row in table.iter_rows(named=True):
+        got = found.get(tuple(row[c] for c in SETTING), {})
+        if all(m in got for m in holes):
+            out[row["label"]] = (got[holes[0]], got[holes[1]])
+    return out
 
 
 def _ranked_by_ties(output_dir: Path, table: pl.DataFrame, per_query: pl.DataFrame | None,
@@ -403,6 +442,8 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
         out.append(f"It is {word} the runner-up, {runner['label']} ({runner['mean']:.3f}): difference "
                    f"{versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} to {versus.ci_high:+.3f}, p = {versus.p_value:.3g} "
                    f"(paired randomisation test, {_queries(verdict, versus.n)}).")
+    if "runner-up" in verdict.hole_gaps:
+        out.append(verdict.hole_gaps["runner-up"].sentence())
     out += _as_good_and_cheaper_sentences(verdict)
     return out
 
@@ -458,6 +499,8 @@ def _as_good_and_cheaper_sentences(verdict: Verdict) -> list[str]:
     if versus is not None and versus.significant and versus.diff < 0:
         out.append(f"It is significantly lower than the best (difference {versus.diff:+.3f}, 95% CI {versus.ci_low:+.3f} "
                    f"to {versus.ci_high:+.3f}, p = {versus.p_value:.3g}), but by less than the {margin.value:.3f} margin.")
+    if "pick" in verdict.hole_gaps:
+        out.append(verdict.hole_gaps["pick"].sentence())
     out.append(f"What it costs: {_what_it_costs(row)}")
     return out
 
@@ -468,12 +511,18 @@ def verdict_frame(verdict: Verdict) -> pl.DataFrame:
     for row in verdict.rows().iter_rows(named=True):
         rows.append({
             "role": row["role"], "setting": row["label"], verdict.measure: _interval(row).replace(" (95% CI ", " [").replace(")", "]"),
+            **({} if verdict.hole_measures is None else
+               {verdict.hole_measures[0]: _share(verdict.judged.get(row["label"], (None,))[0])}),
             "$ / 1k queries": fmt_usd(row["usd_per_1k_queries"]),
             "p50 query": _query_ms(row, "p50"),
             "p95 query": _query_ms(row, "p95"),
             "index": fmt_bytes(row["index_bytes"]),
         })
     return pl.DataFrame(rows)
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def dev_frame(verdict: Verdict) -> pl.DataFrame | None:

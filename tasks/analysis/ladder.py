@@ -40,6 +40,15 @@ LADDER_SCHEMA = {
     # the test queries; judged_gap: the two judged@k differ by more than the threshold.
     "judged_measure": pl.String, "test_baseline_judged": pl.Float64, "test_judged": pl.Float64,
     "test_condensed_gain": pl.Float64, "judged_gap": pl.Boolean, "holes_sentence": pl.String,
+    # tuning_split: the splits the dev columns are over ("dev", "train" or "dev+train").
+    "tuning_split": pl.String,
+    # recommended_by: on the recommended step, what chose it (a cost axis, or the order of effort).
+    "recommended_by": pl.String,
+    # A significant step that gains more than the recommended one: its gain minus the
+    # recommended step's, paired over the test queries, and whether that is significant.
+    "gain_vs_recommended": pl.Float64, "gain_vs_recommended_ci_low": pl.Float64,
+    "gain_vs_recommended_ci_high": pl.Float64, "gain_vs_recommended_p_value": pl.Float64,
+    "gains_more_than_recommended": pl.Boolean,
 }
 COST_COLUMNS = ("usd_per_1k_queries", "query_p50_ms", "index_bytes")
 
@@ -68,14 +77,26 @@ def seed_order(steps: list[Step]) -> list[Step]:
     return sorted(steps, key=lambda s: KINDS.index(s.kind))
 
 
-def _rows(per_query: pl.DataFrame, setting: str, params: str, measure: str, split: str) -> pl.DataFrame:
-    chosen = (pl.col("setting") == setting) & (pl.col("measure") == measure) & (pl.col("split") == split)
+# Tuning evidence: every split a run may tune on (the fine-tune mines train; fusion weights and
+# the ANN pick are chosen on dev). The ladder's dev columns are over all of them.
+TUNING = ("dev", "train")
+# The cost axes a recommendation may rank on, in order: a column of the ladder, and its words.
+AXES = (("added_usd_per_1k_queries", "added $ per 1,000 queries"), ("added_query_p50_ms", "added p50 query latency"),
+        ("added_index_bytes", "added index bytes"))
+EFFORT = ("the order of effort (chunking, metadata filters, query preprocessing, another model or BM25, hybrid, "
+          "reranker, fine-tuning)")
+
+
+def _rows(per_query: pl.DataFrame, setting: str, params: str, measure: str, split: str | tuple[str, ...]) -> pl.DataFrame:
+    splits = (split,) if isinstance(split, str) else split
+    chosen = (pl.col("setting") == setting) & (pl.col("measure") == measure) & pl.col("split").is_in(list(splits))
     if "params" in per_query.columns:
         chosen &= pl.col("params").fill_null(NO_PARAMS) == params
     return per_query.filter(chosen)
 
 
-def _paired(per_query: pl.DataFrame, step: tuple[str, str], baseline: tuple[str, str], measure: str, split: str,
+def _paired(per_query: pl.DataFrame, step: tuple[str, str], baseline: tuple[str, str], measure: str,
+            split: str | tuple[str, ...],
             resamples: int, permutations: int, seed: int, level: float) -> dict | None:
     """step - baseline on the split's queries both scored (paired bootstrap interval, sign-flip p);
     None when the split has no such query."""
@@ -180,7 +201,8 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
             raise ValueError(f"intervention {step.setting!r} ({KIND_NAMES[step.kind]}): per_query has no {measure} rows "
                              f"(settings found: {sorted(set(per_query['setting']))})")
         test = _paired(per_query, key, reference, measure, "test", resamples, permutations, seed, level)
-        dev = _paired(per_query, key, reference, measure, "dev", resamples, permutations, seed, level)
+        dev = _paired(per_query, key, reference, measure, TUNING, resamples, permutations, seed, level)
+        tuning = sorted(set(_rows(per_query, *key, measure, TUNING)["split"]), key=TUNING.index)
         test_sig, dev_sig = _significant_gain(test, alpha), _significant_gain(dev, alpha)
         usd = _added(cost_rows, key, reference, "usd_per_1k_queries")
         ms = _added(cost_rows, key, reference, "query_p50_ms")
@@ -202,26 +224,93 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
             "added_index_bytes": None if size is None else int(size),
             "gain_per_added_ms": _per(gain, ms), "gain_per_added_usd": _per(gain, usd), "recommended": False,
             **_holes(per_query, key, reference, holes, gain, judged_gap),
+            "tuning_split": "+".join(tuning) if tuning else None, "recommended_by": None,
+            "gain_vs_recommended": None, "gain_vs_recommended_ci_low": None, "gain_vs_recommended_ci_high": None,
+            "gain_vs_recommended_p_value": None, "gains_more_than_recommended": None,
         })
     table = pl.DataFrame(out, schema=LADDER_SCHEMA, orient="row")
-    pick = cheapest_helpful(table)
-    if pick is not None:
-        table = table.with_columns(recommended=pl.col("step") == pick["step"])
-    return table
+    chosen = recommendation(table)
+    if chosen is None:
+        return table
+    pick, basis = chosen
+    ordered = {(s.setting, s.params): s for s in seed_order(steps)}
+    pick_step = ordered[(pick["setting"], pick["params"])]
+    rows = []
+    for row in table.iter_rows(named=True):
+        row["recommended"] = row["step"] == pick["step"]
+        row["recommended_by"] = basis if row["recommended"] else None
+        if row["test_significant"] and not row["recommended"] and row["test_gain"] > pick["test_gain"]:
+            step = ordered[(row["setting"], row["params"])]
+            versus = _gain_versus(per_query, step, pick_step, base, measure, resamples, permutations, seed, level)
+            if versus is not None:
+                row |= {"gain_vs_recommended": versus["diff"], "gain_vs_recommended_ci_low": versus["ci_low"],
+                        "gain_vs_recommended_ci_high": versus["ci_high"],
+                        "gain_vs_recommended_p_value": versus["p_value"],
+                        "gains_more_than_recommended": _significant_gain(versus, alpha)}
+        rows.append(row)
+    return pl.DataFrame(rows, schema=LADDER_SCHEMA, orient="row")
+
+
+def _gains(per_query: pl.DataFrame, step: Step, baseline: tuple[str, str], measure: str) -> pl.DataFrame:
+    """query_id, gain: the step's test value minus its reference's, per test query both scored."""
+    reference = (step.against, step.against_params) if step.against else baseline
+    mine = _rows(per_query, step.setting, step.params, measure, "test").select("query_id", mine="value")
+    theirs = _rows(per_query, *reference, measure, "test").select("query_id", theirs="value")
+    return mine.join(theirs, on="query_id").select("query_id", gain=pl.col("mine") - pl.col("theirs"))
+
+
+def _gain_versus(per_query: pl.DataFrame, step: Step, pick: Step, baseline: tuple[str, str], measure: str,
+                 resamples: int, permutations: int, seed: int, level: float) -> dict | None:
+    """step's gain minus pick's gain over the test queries both were paired on: interval and p,
+    as any ladder comparison (each gain is over its own reference, so a filters step compares too)."""
+    a, b = _gains(per_query, step, baseline, measure), _gains(per_query, pick, baseline, measure)
+    common = set(a["query_id"]) & set(b["query_id"])
+    if not common:
+        return None
+    frame = pl.concat([rows.filter(pl.col("query_id").is_in(list(common))).select(
+        provider=pl.lit(name), index=pl.lit(NO_PARAMS), nprobe=pl.lit(None, pl.Int64), query_id="query_id",
+        measure=pl.lit(measure), value="gain") for rows, name in ((a, "step"), (b, "pick"))])
+    row = paired_comparison(frame, ("step", NO_PARAMS, None), ("pick", NO_PARAMS, None), resamples=resamples,
+                            permutations=permutations, seed=seed, level=level).row(0, named=True)
+    return {"diff": row["diff"], "ci_low": row["ci_low"], "ci_high": row["ci_high"], "p_value": row["p_value"]}
+
+
+def recommendation(ladder: pl.DataFrame) -> tuple[dict, str] | None:
+    """The step to try first among those with a significant test gain, and what chose it.
+
+    The cost axes (added dollars, then milliseconds, then bytes) rank the steps in turn, each only
+    when it is measured for every one of them: an unmeasured cost is unknown, never cheaper nor
+    costlier, so an axis with a hole separates nothing. Steps the measured axes leave tied go by
+    the order of effort (the ladder's order: chunking first, fine-tuning last)."""
+    rows = list(ladder.filter(pl.col("test_significant").fill_null(False)).sort("step").iter_rows(named=True))
+    if not rows:
+        return None
+    if len(rows) == 1:
+        return rows[0], "the only step with a significant test gain"
+    decided, unknown = [], []
+    for column, words in AXES:
+        missing = [r["setting"] for r in rows if r[column] is None]
+        if missing:
+            unknown.append(f"{words} unknown for {', '.join(missing)}")
+            continue
+        low = min(r[column] for r in rows)
+        kept = [r for r in rows if r[column] == low]
+        if len(kept) < len(rows):
+            decided.append(f"the fewest {words}")
+            rows = kept
+        if len(rows) == 1:
+            break
+    unmeasured = f" ({'; '.join(unknown)})" if unknown else ""
+    if len(rows) == 1:
+        return rows[0], " then ".join(decided) + unmeasured
+    why = "no measured cost separates them" if not decided else f"after {' then '.join(decided)}, no measured cost separates them"
+    return rows[0], f"{EFFORT}, since {why}{unmeasured}"
 
 
 def cheapest_helpful(ladder: pl.DataFrame) -> dict | None:
-    """The step with a significant test gain that adds the fewest dollars, then milliseconds,
-    then bytes (an unmeasured cost counts as more than any measured one), then the larger gain."""
-    helpful = ladder.filter(pl.col("test_significant").fill_null(False))
-    if helpful.is_empty():
-        return None
-    order = []
-    for column in ("added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes"):
-        order += [pl.col(column).is_null(), pl.col(column)]
-    ranked = helpful.sort([*order, pl.col("test_gain"), pl.col("step")],
-                          descending=[False] * len(order) + [True, False], nulls_last=True)
-    return ranked.row(0, named=True)
+    """The recommended step (see `recommendation`), or None when no step gains significantly on test."""
+    chosen = recommendation(ladder)
+    return None if chosen is None else chosen[0]
 
 
 # ---------------------------------------------------------------- what to try next

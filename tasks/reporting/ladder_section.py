@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from retbench.tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, cheapest_helpful, language_hint,
-                                   ladder_table, lexical_hint, next_steps, window_hint)
+from retbench.tasks.analysis.ladder import (NO_PARAMS, Step, buried_hint, language_hint, ladder_table, lexical_hint,
+                                   next_steps, recommendation, window_hint)
 from retbench.tasks.config.cheaper import cheaper_variants
 from retbench.tasks.config.setting import FirstStage, Setting
 from retbench.tasks.config.verdict import VerdictSpec
@@ -29,8 +29,8 @@ SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "tes
 HEADERS = {"step": "step", "intervention": "intervention", "setting": "setting", "change": "change",
            "baseline": "baseline", "test_n": "test queries", "test_baseline": "baseline on test",
            "test_value": "step on test", "test_gain": "gain on test", "test_ci_low": "gain on test, 95% CI low",
-           "test_ci_high": "gain on test, 95% CI high", "test_p_value": "p on test", "dev_gain": "gain on dev",
-           "dev_p_value": "p on dev", "dev_gain_held_on_test": "dev gain held on test",
+           "test_ci_high": "gain on test, 95% CI high", "test_p_value": "p on test", "dev_gain": "gain on {tuning}",
+           "dev_p_value": "p on {tuning}", "dev_gain_held_on_test": "{tuning} gain held on test",
            "added_usd_per_1k_queries": "added $ per 1,000 queries", "added_query_p50_ms": "added p50 ms per query",
            "added_index": "added index size", "gain_per_added_ms": "gain per added ms",
            "gain_per_added_usd": "gain per added $", "recommended": "recommended",
@@ -226,14 +226,19 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
     out = [f"Interventions ladder: {ladder.height} step(s), each against the baseline {baseline}{filters}, paired over "
            f"the held-out test queries on {first['measure']}."]
     untested = ladder.filter(pl.col("test_n") == 0)
-    pick = cheapest_helpful(ladder)
-    if pick is not None:
-        out.append(f"Recommended: {pick['setting']} ({pick['intervention']}: {pick['change']}), the cheapest step with a "
-                   f"significant test gain, {_gain(pick)}; it adds {_adds(pick)}.")
-        others = ladder.filter(pl.col("test_significant").fill_null(False) & ~pl.col("recommended"))
+    chosen = recommendation(ladder)
+    if chosen is not None:
+        pick, basis = chosen
+        out.append(f"Recommended: {pick['setting']} ({pick['intervention']}: {pick['change']}), the step to try first "
+                   f"among those with a significant test gain, chosen by {basis}: {_gain(pick)}; it adds {_adds(pick)}.")
+        others = ladder.filter(pl.col("test_significant").fill_null(False) & (pl.col("step") != pick["step"]))
+        if "gains_more_than_recommended" in others.columns:  # ladder tables written before the trade-off columns
+            more = others.filter(pl.col("gains_more_than_recommended").fill_null(False))
+            out += [_trade_off(pick, r) for r in more.iter_rows(named=True)]
+            others = others.filter(~pl.col("gains_more_than_recommended").fill_null(False))
         if others.height:
-            out.append("Also significant on test but costlier: " + "; ".join(
-                f"{r['setting']} {r['test_gain']:+.3f}" for r in others.iter_rows(named=True)) + ".")
+            out.append("Also significant on test, tried after it: " + "; ".join(
+                f"{r['setting']} {r['test_gain']:+.3f} (adds {_adds(r)})" for r in others.iter_rows(named=True)) + ".")
     elif untested.height == ladder.height:
         out.append("No test queries in this run: the ladder cannot recommend a step (dev results are tuning evidence only).")
     else:
@@ -244,9 +249,26 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
         out += [f"{r['setting']}: {r['holes_sentence']}" for r in ladder.iter_rows(named=True) if r["holes_sentence"]]
     lost = ladder.filter(pl.col("dev_gain_held_on_test").eq(False))
     if lost.height:
-        out.append("Dev gains that did not hold on test: " + ", ".join(
-            f"{r['setting']} (dev {r['dev_gain']:+.3f}, test {r['test_gain']:+.3f})" for r in lost.iter_rows(named=True)) + ".")
+        tuning = _tuning_words(lost)
+        out.append(f"{tuning.capitalize()} gains that did not hold on test: " + ", ".join(
+            f"{r['setting']} ({tuning} {r['dev_gain']:+.3f}, test {r['test_gain']:+.3f})" for r in lost.iter_rows(named=True)) + ".")
     return out
+
+
+def _tuning_words(rows: pl.DataFrame) -> str:
+    """The tuning splits the dev columns are over, as a sentence names them: "dev", "train",
+    "dev+train"."""
+    splits = sorted({s for s in rows["tuning_split"] if s}) if "tuning_split" in rows.columns else []
+    return splits[0] if len(splits) == 1 else "dev" if not splits else "tuning"
+
+
+def _trade_off(pick: dict, other: dict) -> str:
+    """A costlier (or not comparably priced) step that gains significantly more than the recommended one."""
+    return (f"Trade-off: {other['setting']} ({other['intervention']}) gains significantly more than {pick['setting']} "
+            f"({other['test_gain']:+.3f} against {pick['test_gain']:+.3f}; difference {other['gain_vs_recommended']:+.3f}, "
+            f"95% CI {other['gain_vs_recommended_ci_low']:+.3f} to {other['gain_vs_recommended_ci_high']:+.3f}, "
+            f"p {other['gain_vs_recommended_p_value']:.3g}) and adds {_adds(other)}, against {_adds(pick)} for "
+            f"{pick['setting']}.")
 
 
 def ladder_paragraph(output_dir: Path) -> list[str]:
@@ -291,7 +313,9 @@ def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
                                for c in frame.columns if frame[c].dtype == pl.Boolean)  # null stays empty
     frame = frame.select([c for c in frame.columns if frame[c].null_count() < frame.height])
     judged = next((j for j in ladder["judged_measure"] if j), "judged@k") if "judged_measure" in ladder.columns else "judged@k"
-    return frame.rename({c: HEADERS.get(c, c).replace("{judged}", judged) for c in frame.columns})
+    tuning = _tuning_words(ladder)  # the dev columns are over train when the run tuned on train
+    return frame.rename({c: HEADERS.get(c, c).replace("{judged}", judged).replace("{tuning}", tuning)
+                         for c in frame.columns})
 
 
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
@@ -314,8 +338,9 @@ def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
                        "queries (95% paired bootstrap interval, sign-flip randomisation p); dev columns are tuning "
                        "evidence; 'dev gain held on test' says whether a significant dev gain was significant on test too. "
                        "The added columns: the step's cost minus the baseline's (USD per 1,000 queries, p50 query "
-                       "latency, index size); recommended: the significant test gain that adds the fewest dollars, then "
-                       "ms, then bytes.")
+                       "latency, index size; empty: not measured, so unknown, neither cheaper nor costlier); "
+                       "recommended: among the significant test gains, the fewest added dollars, then ms, then bytes, "
+                       "each axis used only when measured for all of them, then the order of effort.")
     table(section, _shown(ladder))
     unplotted = [f"{r['step']}. {r['setting']} ({r['intervention']})"
                  for r in ladder.filter(pl.col("added_query_p50_ms").is_null()).iter_rows(named=True)]

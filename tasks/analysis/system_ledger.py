@@ -27,6 +27,9 @@ SYSTEMS_SCHEMA = {
     "usd_per_1000_queries": pl.Float64,
     # The added p95's noise band (order statistics of the per-query times; null where unmeasured).
     "added_p95_ms_low": pl.Float64, "added_p95_ms_high": pl.Float64,
+    # BM25's index folder in bytes (counted at the stage); null for fused and reranked systems,
+    # whose index is their stages' (settings_table adds those up).
+    "index_bytes": pl.Int64,
 }
 
 
@@ -86,7 +89,8 @@ def systems_tables(system_runs: list, rerankers: dict, latency: pl.DataFrame | N
                      "second": _name(s.second), "reranker": facts.get("reranker"), "top_n": facts.get("top_n"),
                      "alpha": facts.get("alpha"), **_alpha_choice(facts), "first_stage_p50_ms": p50, "first_stage_p95_ms": p95,
                      "added_p50_ms": added50, "added_p95_ms": added95, "total_p95_ms_upper_bound": total,
-                     "usd_per_1000_queries": usd, "added_p95_ms_low": added95_low, "added_p95_ms_high": added95_high})
+                     "usd_per_1000_queries": usd, "added_p95_ms_low": added95_low, "added_p95_ms_high": added95_high,
+                     "index_bytes": facts.get("index_bytes") if s.kind == "bm25" else None})
     tables = {"systems": pl.DataFrame(rows, schema=SYSTEMS_SCHEMA)}
     if rerank_rows:
         tables["rerank_cost"] = rerank_cost_table(rerank_rows)

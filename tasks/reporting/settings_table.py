@@ -128,16 +128,18 @@ def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.
     systems_by_name = {s["system"]: s for s in systems.iter_rows(named=True)}
     parts_of = ("embed_p50_ms", "embed_p95_ms", "embed_p95_low", "embed_p95_high",
                 "search_p50_ms", "search_p95_ms", "search_p95_low", "search_p95_high")
-    nothing = dict.fromkeys(parts_of, 0.0) | {"noise_measured": True, "corpus_usd": 0.0}
+    nothing = dict.fromkeys(parts_of, 0.0) | {"noise_measured": True, "corpus_usd": 0.0, "index_bytes": 0}
 
     def added_step(system: dict) -> dict:
-        """The step a BM25 or reranked system adds on top of its stages (a hybrid's fusion: none)."""
+        """The step a BM25 or reranked system adds on top of its stages (a hybrid's fusion: none).
+        Only BM25 adds an index (its folder, counted at the stage; null in tables from before)."""
         if system["kind"] == "hybrid":
             return nothing
         p50, p95 = system["added_p50_ms"], system["added_p95_ms"]
         low, high = _band(p95, system.get("added_p95_ms_low"), system.get("added_p95_ms_high"))
         return nothing | {"search_p50_ms": p50, "search_p95_ms": p95, "search_p95_low": low, "search_p95_high": high,
-                          "noise_measured": system.get("added_p95_ms_low") is not None}
+                          "noise_measured": system.get("added_p95_ms_low") is not None,
+                          "index_bytes": system.get("index_bytes") if system["kind"] == "bm25" else 0}
 
     def stage(name: str | None) -> dict:
         """Latency parts of one stage by its setting name (a BM25 stage is a system of its own)."""
@@ -151,7 +153,7 @@ def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.
             return dict.fromkeys(nothing)
         return {k: row.get(k) for k in parts_of} | {
             "noise_measured": bool(row.get("embed_noise_measured")) and bool(row.get("search_noise_measured")),
-            "corpus_usd": row.get("corpus_usd")}
+            "corpus_usd": row.get("corpus_usd"), "index_bytes": row.get("index_bytes")}
 
     def total(*values):
         return None if any(v is None for v in values) else float(sum(values))
@@ -166,10 +168,16 @@ def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.
                    "embed_noise_measured": True,  # folded into the search band's flag below
                    "search_noise_measured": all(p["noise_measured"] for p in parts),
                    "corpus_usd": total(*(p["corpus_usd"] for p in parts)),
+                   # A system keeps every index its stages search (a hybrid: both; a reranker: its first stage's).
+                   "index_bytes": _int(total(*(p["index_bytes"] for p in parts))),
                    "usd_per_1k_queries": system["usd_per_1000_queries"] if row.get("usd_per_1k_queries") is None
                    else row["usd_per_1k_queries"]}
         updated.append(row)
     return pl.DataFrame(updated, schema=table.schema)
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def settings_table(output_dir: Path, measure: str, split: str | None = None) -> pl.DataFrame:

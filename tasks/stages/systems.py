@@ -102,7 +102,9 @@ def bm25_stage(lexical, chunks, dataset, store: str, depth: int, force: bool) ->
     return SystemRun(path=run.path, key=run.key, computed=run.computed or index.computed, seconds=index.seconds + run.seconds,
                      system=lexical.name, kind="bm25", index="bm25", setting=Setting(FirstStage.bm25(lexical.name)),
                      facts={"search_seconds": run.search_seconds, "empty_queries": run.empty_queries, "queries": run.queries,
-                            "vocabulary": index.vocabulary, "index_path": index.path})
+                            "vocabulary": index.vocabulary, "index_path": index.path,
+                            # Counted, so the ladder never has to call BM25's index size unknown.
+                            "index_bytes": sum(f.stat().st_size for f in Path(index.path).rglob("*") if f.is_file())})
 
 
 def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, store: str, depth: int) -> SystemRun:

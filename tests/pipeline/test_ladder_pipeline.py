@@ -68,6 +68,16 @@ def test_every_intervention_of_the_spec_is_a_step_in_the_seed_order(ladder_run):
     added = {r["kind"]: r for r in ladder.iter_rows(named=True)}
     assert added["query"]["added_index_bytes"] == 0  # (latency: no profile or sweep in this spec, so null)
     assert added["chunking"]["added_index_bytes"] > 0  # sentences of 60 words: more chunks than paragraphs of 120
+    # BM25's index is counted (it was unknown, and an unknown cost was ranked costlier); the
+    # hybrid keeps BM25's index beside the baseline's, so it adds exactly BM25's bytes.
+    bm25_bytes = pl.read_parquet(out / "systems.parquet").filter(pl.col("kind") == "bm25")["index_bytes"].item()
+    assert bm25_bytes > 0
+    assert added["hybrid"]["added_index_bytes"] == bm25_bytes
+    assert ladder.filter(pl.col("setting") == "bm25:bm25")["added_index_bytes"].item() is not None
+    # judged@10 beside the measure for every step, and the tuning split the dev columns are over.
+    assert set(ladder["judged_measure"]) == {"judged@10"}
+    assert ladder["test_judged"].is_between(0, 1).all() and ladder["test_baseline_judged"].is_between(0, 1).all()
+    assert ladder["tuning_split"].null_count() == 0
 
 
 def test_the_filters_step_pairs_the_filtered_baseline_with_its_unfiltered_search(ladder_run):

@@ -49,6 +49,9 @@ LADDER_SCHEMA = {
     "gain_vs_recommended": pl.Float64, "gain_vs_recommended_ci_low": pl.Float64,
     "gain_vs_recommended_ci_high": pl.Float64, "gain_vs_recommended_p_value": pl.Float64,
     "gains_more_than_recommended": pl.Boolean,
+    # One-time costs of trying the step (null: unknown): corpus texts it must embed anew and
+    # their price, and training seconds (a fine-tune's).
+    "once_texts_to_embed": pl.Int64, "once_embed_usd": pl.Float64, "once_train_seconds": pl.Float64,
 }
 COST_COLUMNS = ("usd_per_1k_queries", "query_p50_ms", "index_bytes")
 
@@ -128,6 +131,27 @@ def _added(costs: dict, step: tuple[str, str], baseline: tuple[str, str], column
             isinstance(base, float) and math.isnan(base)):
         return None
     return mine - base
+
+
+# Steps that embed nothing new: the same model and index (query variants, filters), a reranker
+# over an existing first stage. A new model, a fine-tune or a cheaper variant embeds the corpus.
+EMBEDS_NOTHING = ("query", "filters", "reranker")
+EMBEDS_CORPUS = ("model", "finetuned", "cheaper")
+
+
+def _once(step: Step, cost: dict) -> dict:
+    """The step's one-time costs from its cost row (corpus_texts, corpus_usd, train_seconds when
+    the costs table has them). A BM25 step indexes text and embeds none; a chunking variant or a
+    hybrid embeds what its own row does not say, so those stay unknown."""
+    bm25 = step.setting.startswith("bm25:")
+    if step.kind in EMBEDS_NOTHING or bm25:
+        texts, usd = 0, 0.0
+    elif step.kind in EMBEDS_CORPUS:
+        texts, usd = cost.get("corpus_texts"), cost.get("corpus_usd")
+    else:
+        texts = usd = None
+    train = cost.get("train_seconds") if step.kind == "finetuned" else 0.0
+    return {"once_texts_to_embed": texts, "once_embed_usd": usd, "once_train_seconds": train}
 
 
 def _per(gain: float | None, added) -> float | None:
@@ -227,6 +251,7 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
             "tuning_split": "+".join(tuning) if tuning else None, "recommended_by": None,
             "gain_vs_recommended": None, "gain_vs_recommended_ci_low": None, "gain_vs_recommended_ci_high": None,
             "gain_vs_recommended_p_value": None, "gains_more_than_recommended": None,
+            **_once(step, cost_rows.get(key, {})),
         })
     table = pl.DataFrame(out, schema=LADDER_SCHEMA, orient="row")
     chosen = recommendation(table)

@@ -97,6 +97,7 @@ def ladder_costs(output_dir: Path, measure: str, per_query: pl.DataFrame, varian
     search grow with its number of chunks, so both are its baseline's scaled by that ratio."""
     table = settings_table(output_dir, measure).select("provider", "index", "nprobe", "usd_per_1k_queries",
                                                        "query_p50_ms", "index_bytes")
+    table = table.join(_one_time(output_dir), on="provider", how="left")
     keys = per_query.select("setting", "params", "provider", "index", "nprobe").unique(maintain_order=True)
     costs = keys.join(table, on=["provider", "index", "nprobe"], how="left", nulls_equal=True)
     by_label = {(r["setting"], r["params"]): r for r in costs.iter_rows(named=True)}
@@ -113,7 +114,25 @@ def ladder_costs(output_dir: Path, measure: str, per_query: pl.DataFrame, varian
                    "index_bytes": _first(row["index_bytes"], _scaled(base["index_bytes"], scale, integer=True))}
         rows.append(row)
     return pl.DataFrame(rows, schema=costs.schema, orient="row").select(
-        "setting", "params", "usd_per_1k_queries", "query_p50_ms", "index_bytes")
+        "setting", "params", "usd_per_1k_queries", "query_p50_ms", "index_bytes", "corpus_texts", "corpus_usd",
+        "train_seconds")
+
+
+def _one_time(output_dir: Path) -> pl.DataFrame:
+    """provider, corpus_texts, corpus_usd (cost.parquet: what embedding its corpus takes) and
+    train_seconds (finetune_training.parquet); null where this run has no such table."""
+    schema = {"provider": pl.String, "corpus_texts": pl.Int64, "corpus_usd": pl.Float64}
+    cost = read_table(output_dir, "cost")
+    if cost is not None and {"corpus_texts", "corpus_usd"} <= set(cost.columns):
+        texts = cost.select("provider", pl.col("corpus_texts").cast(pl.Int64), pl.col("corpus_usd").cast(pl.Float64))
+    else:
+        texts = pl.DataFrame(schema=schema)
+    training = read_table(output_dir, "finetune_training")
+    if training is not None and "train_seconds" in training.columns:
+        seconds = training.group_by("provider").agg(train_seconds=pl.col("train_seconds").cast(pl.Float64).max())
+    else:
+        seconds = pl.DataFrame(schema={"provider": pl.String, "train_seconds": pl.Float64})
+    return texts.unique("provider").join(seconds, on="provider", how="full", coalesce=True)
 
 
 def _first(value, fallback):
@@ -230,7 +249,8 @@ def ladder_sentences(ladder: pl.DataFrame, next_rows: pl.DataFrame | None = None
     if chosen is not None:
         pick, basis = chosen
         out.append(f"Recommended: {pick['setting']} ({pick['intervention']}: {pick['change']}), the step to try first "
-                   f"among those with a significant test gain, chosen by {basis}: {_gain(pick)}; it adds {_adds(pick)}.")
+                   f"among those with a significant test gain, chosen by {basis}: {_gain(pick)}; it adds {_adds(pick)}"
+                   f"{_once_words(pick)}.")
         others = ladder.filter(pl.col("test_significant").fill_null(False) & (pl.col("step") != pick["step"]))
         if "gains_more_than_recommended" in others.columns:  # ladder tables written before the trade-off columns
             more = others.filter(pl.col("gains_more_than_recommended").fill_null(False))
@@ -267,8 +287,23 @@ def _trade_off(pick: dict, other: dict) -> str:
     return (f"Trade-off: {other['setting']} ({other['intervention']}) gains significantly more than {pick['setting']} "
             f"({other['test_gain']:+.3f} against {pick['test_gain']:+.3f}; difference {other['gain_vs_recommended']:+.3f}, "
             f"95% CI {other['gain_vs_recommended_ci_low']:+.3f} to {other['gain_vs_recommended_ci_high']:+.3f}, "
-            f"p {other['gain_vs_recommended_p_value']:.3g}) and adds {_adds(other)}, against {_adds(pick)} for "
-            f"{pick['setting']}.")
+            f"p {other['gain_vs_recommended_p_value']:.3g}) and adds {_adds(other)}{_once_words(other)}, against "
+            f"{_adds(pick)}{_once_words(pick)} for {pick['setting']}.")
+
+
+def _once_words(row: dict) -> str:
+    """'; once: ...' with the step's one-time costs, or nothing for a table without them."""
+    if "once_texts_to_embed" not in row:
+        return ""
+    texts, usd, train = row["once_texts_to_embed"], row["once_embed_usd"], row["once_train_seconds"]
+    parts = ["texts to embed unknown" if texts is None else
+             "no texts to embed" if texts == 0 else
+             f"{texts:,} texts to embed ({'not priced' if usd is None else fmt_usd(usd)})"]
+    if train is None:
+        parts.append("training time unknown")
+    elif train > 0:
+        parts.append(f"{train:,.0f} s of training")
+    return "; once: " + ", ".join(parts)
 
 
 def ladder_paragraph(output_dir: Path) -> list[str]:

@@ -97,7 +97,9 @@ def test_a_significantly_larger_gain_is_named_as_the_trade_off():
     trade = [s for s in sentences if s.startswith("Trade-off:")]
     assert len(trade) == 1
     assert trade[0].startswith("Trade-off: bm25+minilm (hybrid) gains significantly more than bm25:bm25 (+0.07")
-    assert "adds +$0.0000 per 1,000 queries, latency not measured, size not measured, against" in trade[0]
+    assert ("adds +$0.0000 per 1,000 queries, latency not measured, size not measured; once: texts to embed "
+            "unknown, against +$0.0000 per 1,000 queries, latency not measured, size not measured; once: no texts to "
+            "embed for bm25:bm25.") in trade[0]
     assert any(s.startswith("Also significant on test, tried after it: minilm-ft/flat +0.01") for s in sentences)
 
 
@@ -113,3 +115,18 @@ def test_a_cost_measured_for_every_step_decides_before_the_order_of_effort():
     trade = [s for s in ladder_sentences(ladder) if s.startswith("Trade-off:")]
     assert [t.split(" (")[0] for t in trade] == ["Trade-off: bm25:bm25", "Trade-off: bm25+minilm"]
     assert "+0.50 ms p50 per query" in trade[0]
+
+
+def test_every_step_carries_its_one_time_cost():
+    # The fine-tune re-embeds the corpus (5,000 texts, unpriced local model) after 189 s of
+    # training; BM25 embeds nothing; the hybrid's own row cannot say what it embeds: unknown.
+    costs = _costs(ms=(2.0, 2.0, 2.5, 5.0)).with_columns(
+        corpus_texts=pl.Series([5000, 5000, None, None], dtype=pl.Int64),
+        corpus_usd=pl.Series([None, None, None, None], dtype=pl.Float64),
+        train_seconds=pl.Series([None, 189.0, None, None], dtype=pl.Float64))
+    ladder = ladder_table(_issue_case(), costs, STEPS, BASE, "ndcg@10", permutations=2000)
+    once = {r["setting"]: (r["once_texts_to_embed"], r["once_embed_usd"], r["once_train_seconds"])
+            for r in ladder.iter_rows(named=True)}
+    assert once == {"minilm-ft/flat": (5000, None, 189.0), "bm25:bm25": (0, 0.0, 0.0), "bm25+minilm": (None, None, 0.0)}
+    recommended = next(s for s in ladder_sentences(ladder) if s.startswith("Recommended: minilm-ft/flat"))
+    assert recommended.endswith("; once: 5,000 texts to embed (not priced), 189 s of training.")

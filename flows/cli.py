@@ -206,6 +206,12 @@ def _history(args) -> int:
     store = spec.store_dir
     if is_remote(store):
         store = scratch_for(store, spec.store_mirror)  # history/summary/ is fetched, nothing else
+    elif not Path(store).is_dir():
+        # A mistyped --store-dir is not a spec that never ran: "no recorded runs" would hide the typo.
+        what = "is not a folder" if Path(store).exists() else "does not exist"
+        print(f"retbench: store folder {store} {what}; expected the store_dir the spec's runs recorded their "
+              "history in (the spec's store_dir, or --store-dir)", file=sys.stderr)
+        return 2
     measures = history.recorded_measures(store, spec.name)
     if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")

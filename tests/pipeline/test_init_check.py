@@ -110,6 +110,16 @@ def test_check_leaves_the_disk_as_it_found_it(tmp_path):
     # hashing's 1024 dimensions: 6 documents + 3 queries to embed, a flat index of 6 float32 vectors.
     assert "h: <1 s to embed 9 texts [measured now]" in said and "1024-dimensional" in said, said
     assert "indexes flat 24.6 kB" in said
+    # Output and store folders given on the command line, deep under folders that do not exist
+    # (issue 35: `--output-dir /nonexistent/deep/out`): probed in their nearest existing parent, not made.
+    deep_out, deep_store = tmp_path / "nonexistent" / "deep" / "out", tmp_path / "missing" / "deep" / "store"
+    for extra in ([], ["--estimate"]):
+        done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "check", str(spec), "--output-dir",
+                               str(deep_out), "--store-dir", str(deep_store), *extra], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert f"into {deep_out} (store {deep_store})" in " ".join(done.stdout.split())
+        assert _listing(tmp_path) == before, _listing(tmp_path)
 
 
 def test_check_on_a_read_only_parent_still_refuses_in_one_line(tmp_path):

@@ -232,6 +232,22 @@ def test_init_on_a_folder_it_cannot_read_is_one_line(tmp_path):
     assert not list(tmp_path.glob("*.yaml"))
 
 
+def test_init_where_it_cannot_write_is_one_line(tmp_path):
+    """Tests run as root, whom chmod does not stop: /sys refuses root's new files (EACCES), as a
+    read-only folder refuses a user's; and a file where a folder should be refuses everyone."""
+    folder = tiny_collection(tmp_path / "mine")
+    done = retbench("init", folder, cwd=Path("/sys"))  # the default: <name>.yaml in the current folder
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("retbench: /sys/mine.yaml: cannot write the starter spec (permission denied); run init "
+                           "from a folder you can write, or pass -o with a path in one\n")
+    (tmp_path / "a-file").write_text("x")
+    done = retbench("init", folder, "-o", tmp_path / "a-file" / "specs" / "mine.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"retbench: {tmp_path / 'a-file' / 'specs' / 'mine.yaml'}: cannot write the starter "
+                                  f"spec ({tmp_path / 'a-file'} is a file, not a folder)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "mine"]  # no temporary file left
+
+
 def test_init_does_not_overwrite_a_spec(tmp_path, capsys, monkeypatch):
     folder = tiny_collection(tmp_path / "mine")
     (tmp_path / "mine.yaml").write_text("mine\n")

@@ -123,7 +123,11 @@ def _run(args) -> int:
     from retbench.flows.environment import check_environment
     from retbench.flows.prefect_server import preload_embedded_api
 
-    check_environment()  # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts
+    # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts.
+    for notice in check_environment():
+        from retbench.flows.fast_path import print_info
+
+        print_info(notice)
     # The API server's process imports Prefect's server (seconds) while this one checks the
     # inputs, and serves only once they pass: a typo, a missing dataset, a bad grade or an
     # output_dir that is a file fails in about a second (on a small dataset), and no server ever started.

@@ -73,6 +73,14 @@ def quietest(logger: logging.Logger) -> int:
     return max(logging.INFO, logger.level)
 
 
+def print_info(line: str) -> None:
+    """One INFO line on stderr, formatted as the run's other lines (said before any logging is set up)."""
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
+    console.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None))
+    console.flush()
+
+
 def _print(held: _HeldBack, last: str | None = None) -> None:
     console = logging.StreamHandler(sys.stderr)  # where Prefect's console handler writes them
     console.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))

@@ -184,7 +184,7 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
         for path in mine:
             with shards.work_lock(path):
                 table = shards.read_pending(path, plan.store)
-                if table is None:  # another run embedded it while we waited: done, not by us
+                if table is None:  # another run embedded it while we waited: already kept, as a stopped run's
                     shown.already(max(0, rows[path] - journaled[path]))
                     continue
                 done = _written_since(directory, int(table.schema.metadata[_PLANNED]))

@@ -70,8 +70,8 @@ def test_units_kept_by_a_stopped_run_are_said_apart_and_not_in_the_rate():
     progress.advance(500)
     progress.finish()
     # The count is of what was left (600), its total fixed: it ends at 600/600, not at 1,000/1,000.
-    assert lines == ["embed minilm documents: 100/600 texts (17%; 400 more kept by a stopped run), 10s elapsed, ETA 50s",
-                     "embed minilm documents: 600/600 texts (100%; 400 more kept by a stopped run), 1m00s elapsed"]
+    assert lines == ["embed minilm documents: 100/600 texts (17%; 400 more already kept), 10s elapsed, ETA 50s",
+                     "embed minilm documents: 600/600 texts (100%; 400 more already kept), 1m00s elapsed"]
     request_stop(signal.SIGINT)
     with pytest.raises(Interrupted) as stopped:
         progress.check_stop()

@@ -3,9 +3,12 @@ in ids. Every format's rows pass through here (tasks/datasets/reader.py), whatev
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from retbench.tasks.datasets.errors import DatasetError
-from retbench.tasks.datasets.model import RawCollection
+
+if TYPE_CHECKING:  # lines.py imports this module: it stays free of polars (model.py imports it)
+    from retbench.tasks.datasets.model import RawCollection
 
 # C0 controls but tab, line feed and carriage return (ordinary white space in a text), DEL, and
 # the C1 controls. A NUL or an escape sequence in a text is never meant as text: tokenizers differ

@@ -15,7 +15,7 @@ STOPPED = re.compile(r"retbench: interrupted during embed mine documents: (\d+) 
 # The model: word-hash vectors. With STOP_AFTER set it sends its own process SIGINT during that
 # batch (the run stops after it, keeping it); the code, and so the cache identity, is the same.
 MODEL = '''
-import os, signal, zlib
+import os, signal, time, zlib
 import numpy as np
 
 calls = [0]
@@ -25,6 +25,7 @@ def embed(texts):
     calls[0] += 1
     if os.environ.get("STOP_AFTER") and calls[0] == int(os.environ["STOP_AFTER"]):
         os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the stop request reaches the run (a watcher thread) before this batch ends
     out = np.zeros((len(texts), 16), dtype=np.float32)
     for row, text in enumerate(texts):
         for word in text.split():
@@ -63,7 +64,8 @@ store_dir: {tmp_path / 'store'}
     found = STOPPED.search(stopped.stderr)
     assert found, stopped.stderr[-3000:]
     kept, total = int(found[1]), int(found[2])
-    assert (kept, total) == (2 * BATCH, DOCS)  # two whole batches of the 60 documents
+    # Whole batches only, from the second on (on a loaded machine the stop may land a batch later).
+    assert total == DOCS and kept % BATCH == 0 and 2 * BATCH <= kept < DOCS, (kept, total)
     left = DOCS + QUERIES - kept
 
     monkeypatch.delenv("STOP_AFTER")

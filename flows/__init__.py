@@ -16,5 +16,8 @@ _DEFAULTS = {
     # run Prefect picks those records up as the task run's logs.
     "PREFECT_LOGGING_EXTRA_LOGGERS": "retbench",
 }
+# Whether PREFECT_HOME is ours (./.prefect) rather than the user's: only ours may move to the
+# per-user cache folder when the working directory cannot be written (flows/environment.py).
+PREFECT_HOME_DEFAULTED = "PREFECT_HOME" not in os.environ
 for _name, _value in _DEFAULTS.items():
     os.environ.setdefault(_name, _value)

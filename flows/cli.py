@@ -123,7 +123,11 @@ def _run(args) -> int:
     from retbench.flows.environment import check_environment
     from retbench.flows.prefect_server import preload_embedded_api
 
-    check_environment()  # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts
+    # PREFECT_HOME, PREFECT_API_URL: refused in a second, before anything starts.
+    for notice in check_environment():
+        from retbench.flows.fast_path import print_info
+
+        print_info(notice)
     # The API server's process imports Prefect's server (seconds) while this one checks the
     # inputs, and serves only once they pass: a typo, a missing dataset, a bad grade or an
     # output_dir that is a file fails in about a second (on a small dataset), and no server ever started.
@@ -206,6 +210,12 @@ def _history(args) -> int:
     store = spec.store_dir
     if is_remote(store):
         store = scratch_for(store, spec.store_mirror)  # history/summary/ is fetched, nothing else
+    elif not Path(store).is_dir():
+        # A mistyped --store-dir is not a spec that never ran: "no recorded runs" would hide the typo.
+        what = "is not a folder" if Path(store).exists() else "does not exist"
+        print(f"retbench: store folder {store} {what}; expected the store_dir the spec's runs recorded their "
+              "history in (the spec's store_dir, or --store-dir)", file=sys.stderr)
+        return 2
     measures = history.recorded_measures(store, spec.name)
     if not measures:
         print(f"no recorded runs of spec {spec.name!r} in {store}")

@@ -18,30 +18,65 @@ class EnvironmentFault(RuntimeError):
     """The environment cannot run a benchmark; the message names the variable or path and the fix."""
 
 
-def check_environment() -> None:
-    """Every check of this module that applies, fastest first; raises EnvironmentFault."""
-    check_prefect_home()
+def check_environment() -> list[str]:
+    """Every check of this module that applies, fastest first; raises EnvironmentFault. Returns
+    what the caller should say at INFO (a PREFECT_HOME moved to the cache folder)."""
+    notices = check_prefect_home()
     if os.environ.get("PREFECT_API_URL"):
         check_api_url(os.environ["PREFECT_API_URL"])
+    return notices
 
 
-def check_prefect_home() -> None:
+def check_prefect_home(defaulted: bool | None = None) -> list[str]:
     """PREFECT_HOME must be a folder this process can write (Prefect keeps its profile, and the
-    embedded API its database and log, there). Folders created only to probe it are removed, so a
-    run refused later leaves no trace."""
+    embedded API its database and log, there). When it is retbench's default, ./.prefect, in a
+    working directory that cannot be written (a read-only checkout, a container's /), it moves
+    to the per-user cache folder (prefect_cache_home) and says so; a PREFECT_HOME the user set is
+    never moved. Folders created only to probe are removed, so a run refused later leaves no trace.
+    `defaulted`: whether PREFECT_HOME is the default (None: as retbench.flows found it)."""
+    if defaulted is None:
+        from retbench.flows import PREFECT_HOME_DEFAULTED as defaulted
     home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+    try:
+        _probe_folder(home)
+        return []
+    except OSError as error:
+        if not defaulted:
+            raise EnvironmentFault(f"PREFECT_HOME {home} cannot be written ({_reason(error)}); point PREFECT_HOME "
+                                   "at a writable folder") from error
+        first = error
+    fallback = prefect_cache_home()
+    try:
+        _probe_folder(fallback)
+    except OSError as error:
+        raise EnvironmentFault(f"PREFECT_HOME: neither the default {home} ({_reason(first)}) nor {fallback} "
+                               f"({_reason(error)}) can be written; point PREFECT_HOME at a writable folder") from error
+    os.environ["PREFECT_HOME"] = str(fallback)
+    return [f"PREFECT_HOME: {home} cannot be written ({_reason(first)}), so Prefect's files go to {fallback} "
+            "(set PREFECT_HOME to choose)"]
+
+
+def prefect_cache_home() -> Path:
+    """Where PREFECT_HOME goes when ./.prefect cannot be written: $XDG_CACHE_HOME/retbench/prefect,
+    else ~/.cache/retbench/prefect (the XDG base directory default)."""
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"  # relative: ignored, per XDG
+    return root / "retbench" / "prefect"
+
+
+def _probe_folder(home: Path) -> None:
+    """Create `home` (and its parents), write and remove a file in it; the folders made only for
+    this are removed again. Raises OSError when it cannot be written."""
     created = [folder for folder in (home, *home.parents) if not folder.exists()]  # deepest first
     try:
         home.mkdir(parents=True, exist_ok=True)
         probe = home / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         probe.write_bytes(b"ok")
         probe.unlink()
-    except OSError as error:
-        raise EnvironmentFault(f"PREFECT_HOME {home} cannot be written ({_reason(error)}); point PREFECT_HOME "
-                               "at a writable folder") from error
-    for folder in created:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+    finally:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def check_api_url(url: str) -> None:

@@ -126,14 +126,19 @@ def _json(results: pl.DataFrame) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retbench.flows.errors import EXIT_EXPECTED
+
     if args.format == "parquet" and args.output is None:
-        print("retbench eval: error: --format parquet needs --output PATH", file=sys.stderr)
-        return 2
+        print("retbench: eval --format parquet needs --output PATH (a parquet table is not written to the terminal)",
+              file=sys.stderr)
+        return EXIT_EXPECTED
     try:
         results = _results(args)
     except (ValueError, OSError) as err:
-        print(f"retbench eval: error: {err}", file=sys.stderr)
-        return 1
+        # One line, as every other command's expected failures (flows/errors.py); the file is named.
+        said = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
+        print(f"retbench: {' '.join(said.split())}", file=sys.stderr)
+        return EXIT_EXPECTED
     if args.format == "parquet":
         results.write_parquet(args.output)
         return 0

@@ -36,9 +36,13 @@ class _HeldBack(logging.handlers.MemoryHandler):
         self.setTarget(target)
         self.flush()
 
-    def drop(self) -> None:
+    def drop(self) -> list[logging.LogRecord]:
+        """Forget the records, but return those telling of a change made to the store (a damaged
+        file quarantined): the flow that takes over will not make it again, so it would go unsaid."""
         with self.lock:
+            kept = [record for record in self.buffer if getattr(record, "store_changed", False)]
             self.buffer.clear()
+        return kept
 
 
 def run_if_cached(spec, selection, spec_path: str) -> bool:
@@ -55,7 +59,12 @@ def run_if_cached(spec, selection, spec_path: str) -> bool:
         with cached_only():
             result = run_pipeline(spec, selection, spec_path=spec_path, runner=Runner(), run_id=str(uuid.uuid4()))
     except WorkNeeded:
-        held.drop()
+        changes = held.drop()
+        if changes:
+            console = _console()
+            for record in changes:
+                console.handle(record)
+            console.flush()
         return False
     except BaseException:
         _print(held)  # what led to the failure, as the flow would have shown it; the error's line follows
@@ -73,9 +82,21 @@ def quietest(logger: logging.Logger) -> int:
     return max(logging.INFO, logger.level)
 
 
-def _print(held: _HeldBack, last: str | None = None) -> None:
+def _console() -> logging.Handler:
     console = logging.StreamHandler(sys.stderr)  # where Prefect's console handler writes them
     console.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
+    return console
+
+
+def print_info(line: str) -> None:
+    """One INFO line on stderr, formatted as the run's other lines (said before any logging is set up)."""
+    console = _console()
+    console.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None))
+    console.flush()
+
+
+def _print(held: _HeldBack, last: str | None = None) -> None:
+    console = _console()
     held.print_to(console)
     if last:
         console.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, last, None, None))

@@ -43,8 +43,7 @@ def run(args) -> int:
                          options=detected.options, split=split, split_reason=reason, judged_splits=queries_per_split,
                          languages=tuple(dict.fromkeys(lang for counts in languages.values() for lang in counts)),
                          trec_qrels=tuple(_relative(p, output.parent) for p in detected.trec_qrels), found=detected.what)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(starter_spec(facts), encoding="utf-8")
+    _write_spec(output, starter_spec(facts))
     print(f"{folder}: {detected.format} ({detected.what})" + "".join(f", {k}={v}" for k, v in detected.options.items()))
     print(f"  {dataset.corpus.height} documents; judged queries and judgments per split: "
           + "; ".join(f"{s} {q} queries, {j} judgments" for s, (q, j) in judged.items())
@@ -55,6 +54,32 @@ def run(args) -> int:
         print(f"  TREC qrels {path.name}: a commented `qrels:` line in the spec uses them instead")
     print(f"wrote {output} (split {split}: {reason}); next: retbench check {_shown(output)}")
     return 0
+
+
+def _write_spec(output: Path, text: str) -> None:
+    """Write the spec whole or not at all (a temporary file renamed); a folder that cannot be
+    written (read-only, no permission, a file where a folder should be) is one line naming it."""
+    import errno
+
+    from retbench.tasks.config.spec import SpecError
+
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, output)
+    except OSError as error:
+        if temporary.parent.is_dir():
+            temporary.unlink(missing_ok=True)
+        existing = next((p for p in output.parents if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            reason = f"{existing} is a file, not a folder"
+        else:
+            reason = {errno.EROFS: "read-only filesystem", errno.EACCES: "permission denied",
+                      errno.EPERM: "operation not permitted", errno.ENOSPC: "no space left on device"
+                      }.get(error.errno, error.strerror or str(error))
+        raise SpecError(f"{output}: cannot write the starter spec ({reason}); run init from a folder you can "
+                        "write, or pass -o with a path in one") from error
 
 
 def _read_all(detected):

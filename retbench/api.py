@@ -213,7 +213,8 @@ def _run(raw: dict, spec_path: str, overrides: dict, stage: str, only: list[str]
     from retbench.tasks.stages.preflight import preflight
 
     clear_stop()  # a stop of an earlier run in this process is not this run's
-    check_environment()
+    for notice in check_environment():  # a PREFECT_HOME moved to the cache folder
+        logging.getLogger("retbench").info(notice)
     spec = load_spec_data(raw, spec_path, **overrides)
     select_providers(spec, only)
     preflight(spec)  # the files, ids and grades, before any work (what `retbench check` checks)

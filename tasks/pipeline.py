@@ -251,8 +251,9 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
 
     plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, ref.chunks, spec.indexes.other_kinds())
              for name, ref in chunk_refs.items()}
-    for note in (n for plan in plans.values() for n in plan.notes) if reaches("index") else ():
-        log.warning(note)
+    for plan in plans.values() if reaches("index") else ():
+        for note in plan.notes:
+            (log.info if note in plan.chosen else log.warning)(note)
     indexes = {key: [runner.submit("index", index_stage, doc_set, settings_, spec, forced("index", key[0]), filters,
                                    label=f"index-{doc_label[key]}-{settings_.kind}")
                      for settings_ in plans[key[1]].settings]

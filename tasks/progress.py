@@ -111,8 +111,14 @@ class Progress:
 
     def line(self) -> str:
         elapsed = self.clock() - self.started
-        share = self.done / self.total if self.total else 1.0
-        text = f"{self.what}: {self.done:,}/{self.total:,} {self.unit} ({100 * share:.0f}%), {_duration(elapsed)} elapsed"
+        # A resumed loop counts what is left to do; what was kept before it (by a stopped run, or a
+        # concurrent one) is said apart, so the count starts at 0 and ends at its total
+        # ("404/404 texts (100%; 2,192 more already kept)").
+        done, total = self.done - self.before, self.total - self.before
+        share = done / total if total else 1.0
+        text = f"{self.what}: {done:,}/{total:,} {self.unit} ({100 * share:.0f}%"
+        text += f"; {self.before:,} more already kept), " if self.before else "), "
+        text += f"{_duration(elapsed)} elapsed"
         if self.done < self.total and self.done > self.before:
             text += f", ETA {_duration(elapsed * (self.total - self.done) / (self.done - self.before))}"
         return text

@@ -1,5 +1,6 @@
 """The data audit: documents that are one text under several ids (and the judged copies that lose
-ties to their unjudged twins), the languages the texts are labelled with, and zero-width joiners."""
+ties to their unjudged twins), the languages the texts are labelled with, zero-width joiners, and
+the control characters replaced at load."""
 from __future__ import annotations
 
 import re
@@ -79,7 +80,9 @@ def label_counts(frame: pl.DataFrame) -> dict[str, int]:
 
 def data_audit(corpus: pl.DataFrame, queries: pl.DataFrame, qrels: pl.DataFrame, *, unicode: str,
                notes: tuple[str, ...] = (), runs: pl.DataFrame | None = None) -> dict:
-    """The manifest's `data_audit` (docs/reference/tables.md): duplicates, language labels, joiners."""
+    """The manifest's `data_audit` (docs/reference/tables.md): duplicates, language labels, joiners,
+    control characters replaced at load."""
+    from retbench.tasks.datasets.controls import control_counts
     from retbench.tasks.datasets.normalise import JOINER_NOTE, has_joiner
 
     groups = duplicate_groups(corpus, set(qrels["doc_id"].to_list()))
@@ -102,4 +105,6 @@ def data_audit(corpus: pl.DataFrame, queries: pl.DataFrame, qrels: pl.DataFrame,
         "joiners": {"unicode": unicode, "documents": joined_docs,
                     "queries": sum(has_joiner(text) for text in queries["text"].to_list()),
                     "at_load": next((n for n in notes if n.startswith(JOINER_NOTE)), None)},
+        # Counted at load, where they were replaced (tasks/datasets/controls.py): the tables no longer hold them.
+        "controls": control_counts(notes),
     }

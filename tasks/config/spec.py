@@ -123,7 +123,8 @@ class IVFSpec(_Strict):
 
 
 class IndexesSpec(BaseModel):
-    """`indexes:` flat (always) and IVF as before; any other registered index kind (tasks/indexes)
+    """`indexes:` flat (always) and IVF (on unless `ivf: null`, or a mapping that names flat but not
+    ivf); any other registered index kind (tasks/indexes)
     by its name: `hnsw: {M: 32, ef_construction: 40, ef_search: [64]}`, its build parameters and
     its query parameter as a list, checked against what the kind declares (`true`: its defaults;
     null or false: off)."""
@@ -135,6 +136,16 @@ class IndexesSpec(BaseModel):
     shards: int | None = Field(None, ge=1, le=1024, description="search flat and IVF indexes over this many Dask workers, "
                                "each holding one row range of the vectors (the flow's cluster on --dask, else a local one); "
                                "the runs equal one process's. Default: one process")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_named_alone_means_no_ivf(cls, data):
+        # `indexes: {flat: true}` reads as "flat only": building IVF beside it (and warning about its
+        # nprobe) surprised everyone who wrote it. IVF stays on when `indexes:` is left out, or
+        # names ivf, or names neither (e.g. only `shards:` or another kind).
+        if isinstance(data, dict) and "flat" in data and "ivf" not in data:
+            return {**data, "ivf": None}
+        return data
 
     @model_validator(mode="after")
     def _flat_needed(self):

@@ -97,6 +97,10 @@ def jsonl_docs(path: Path, id_key: str, what: str, metadata: dict[str, dict] | N
                 fields |= metadata_field(extra, where, strict)
             if fields:
                 metadata[doc_id] = fields
+    if not docs:
+        # Said before anything else is checked against the corpus (a query's filter names fields
+        # no document has when there is no document).
+        raise DatasetError(f"{path}: no documents; expected at least one ({what})")
     return docs, detected
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from retbench.tasks.datasets.controls import refuse_control_id
 from retbench.tasks.datasets.errors import DatasetError
 
 
@@ -91,12 +92,22 @@ def json_lines(path: Path, what: str) -> Iterator[tuple[str, dict]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DatasetError(
-                f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); expected one JSON object per line"
-            ) from None
+            raise DatasetError(f"{path}:{lineno}: {json_error(e)}; expected one JSON object per line") from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{path}:{lineno}: expected a JSON object, found {json_type(obj)}")
         yield f"{path}:{lineno}", obj
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """`malformed JSON (<what> at column N)`, with the advice JSON itself gives for a raw control character."""
+    # json words some errors "... at" ("Invalid control character at"): drop it, the column follows.
+    what = e.msg.removesuffix(" at")
+    if what == "Invalid control character":
+        char = e.doc[e.pos] if e.pos < len(e.doc) else ""
+        code = f" U+{ord(char):04X}" if char else ""
+        return (f"malformed JSON (raw control character{code} in a string at column {e.colno}; JSON writes it "
+                "escaped, as \\u0000; in a title or text retbench then replaces it by a space)")
+    return f"malformed JSON ({what} at column {e.colno})"
 
 
 def json_type(value: Any) -> str:
@@ -155,6 +166,7 @@ class UniqueIds:
                 f"{where}: id {id_!r} contains whitespace; expected an id without spaces, tabs or "
                 f"line breaks (TREC run and qrels files cannot hold it), e.g. {'_'.join(id_.split())!r}"
             )
+        refuse_control_id(id_, where)
         if id_ in self.first:
             raise DatasetError(f"{where}: duplicate id {id_!r} (first at {self.first[id_]})")
         self.first[id_] = where

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retbench.tasks.datasets.controls import refuse_control_ids, replace_controls
 from retbench.tasks.datasets.errors import DatasetError
 from retbench.tasks.datasets.model import SPLITS, Dataset, RawCollection, assemble
 from retbench.tasks.datasets.normalise import UNICODE_FORMS, normalise_text
@@ -49,5 +50,7 @@ class FormatReader:
             raw.notes.append(f"judgments from TREC qrels file {Path(qrels_path).name}")
         if grade_map is None:
             grade_map = raw.default_grade_map
+        refuse_control_ids(raw)  # the built-in readers refuse them line by line; a plug-in may not
+        replace_controls(raw)
         normalise_text(raw, unicode)
         return assemble(raw, split, grade_map)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from retbench.tasks.datasets.errors import DatasetError
-from retbench.tasks.datasets.lines import UniqueIds, json_type, str_field
+from retbench.tasks.datasets.lines import UniqueIds, json_error, json_type, str_field
 from retbench.tasks.datasets.model import Judgment, RawCollection
 from retbench.tasks.datasets.reader import FormatReader
 
@@ -125,7 +125,7 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+        raise DatasetError(f"{path}:{e.lineno}: {json_error(e)}") from None
 
 
 READER = FormatReader("xquad", frozenset({"name", "query_language", "doc_language", "dev_fraction"}), _read_xquad)

@@ -1,5 +1,5 @@
 """The report's "Data audit" section, from manifest.json: texts cut at a provider's input window,
-duplicate documents, language labels and zero-width joiners."""
+duplicate documents, language labels, zero-width joiners and control characters replaced at load."""
 from __future__ import annotations
 
 import json
@@ -25,6 +25,8 @@ def data_audit_section(inputs: ReportInputs) -> Section | None:
         _duplicates(section, audit["duplicates"])
         _languages(section, audit["languages"])
         _joiners(section, audit["joiners"])
+        if "controls" in audit:  # manifests written before it was counted have none
+            _controls(section, audit["controls"])
     return section
 
 
@@ -89,3 +91,10 @@ def _joiners(section: Section, joiners: dict) -> None:
         section.paragraph(f"{joiners['documents']} documents and {joiners['queries']} queries hold a zero-width joiner "
                           "(U+200C, U+200D): spellings with and without one are different texts and cache rows; "
                           "dataset.unicode: nfc_strip_joiners folds them.")
+
+
+def _controls(section: Section, controls: dict) -> None:
+    if controls["documents"] or controls["queries"]:
+        section.paragraph(f"Control characters replaced by a space at load: {controls['document_characters']} in "
+                          f"{controls['documents']} documents and {controls['query_characters']} in "
+                          f"{controls['queries']} queries ({controls['rule']}).")

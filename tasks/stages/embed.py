@@ -42,7 +42,7 @@ from retbench.tasks.stages.vectors import l2_normalized
 from retbench.tasks.store.build import StageResult, build_once, need_work
 from retbench.tasks.store import shards
 from retbench.tasks.store.files import stable_hash, write_json
-from retbench.tasks.store.integrity import parquet_readable
+from retbench.tasks.store.integrity import STORE_CHANGED, parquet_readable
 
 log = logging.getLogger("retbench.embed")
 
@@ -363,7 +363,8 @@ def heal_cache(directory: Path, store: Path) -> LiveRows:
                 table = shards.read_shard(path).take(pa.array(live_rows, pa.int64()))
                 shards.write_shard(directory, table, stamp=shards.shard_stamp(path))
             _remove_shard(path)
-            log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name)
+            log.info("embedding cache %s: dropped %d superseded row(s) of %s", directory, dropped, path.name,
+                     extra=STORE_CHANGED)
         seen.update(row_seen)
     seen.source = _weakest([s for s in sources if s])
     return seen

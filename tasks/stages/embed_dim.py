@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from retbench.tasks.store import shards
 from retbench.tasks.store.files import write_json
-from retbench.tasks.store.integrity import StoreError
+from retbench.tasks.store.integrity import STORE_CHANGED, StoreError
 
 log = logging.getLogger("retbench.embed")
 
@@ -85,7 +85,7 @@ def settle(directory: Path, store: Path, provider_name: str) -> int | None:
             shards.set_aside(path, store, f"{dims[path]}-d vectors in a folder of {held}-d ones")
         log.warning("%s: embedding cache %s held %s-d vectors beside its %d-d ones (model changed?): moved %d shard(s), "
                     "%d rows, to %s; their texts are embedded again", provider_name, directory, other, held, len(strays),
-                    count, Path(store) / "quarantine" / Path(directory).relative_to(store))
+                    count, Path(store) / "quarantine" / Path(directory).relative_to(store), extra=STORE_CHANGED)
     return held
 
 
@@ -108,5 +108,6 @@ def admit_journal(directory: Path, part: Path, store: Path, provider_name: str, 
         if refuse:
             raise changed(provider_name, dim, held, directory, who)
         log.warning("%s: a killed run's %d-d vectors were set aside (%s): embedding cache %s holds %d-d ones "
-                    "(model changed?); their texts are embedded again", provider_name, dim, target, directory, held)
+                    "(model changed?); their texts are embedded again", provider_name, dim, target, directory, held,
+                    extra=STORE_CHANGED)
     return held

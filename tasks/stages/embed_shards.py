@@ -50,6 +50,7 @@ class EmbedPlan:
     set_key: str
     count: int
     missing: int  # distinct texts not in the cache when planned
+    kept: int  # of those, how many a stopped run kept in a pending part's journal (not embedded again)
     repeated: int
     parts: tuple[str, ...]  # pending part files; part task i embeds parts[i::shards]
     dim: int | None  # the cache's dimension when planned (None: empty cache)
@@ -94,14 +95,18 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
         missing_count = len(missing)
         if missing:
             need_work(f"embed {missing_count} {role} texts with {provider_name}")
-        parts = _claim_pending(directory, store, missing, live) + _write_parts(directory, missing, shards_, batch_size)
+        wanted = set(missing)
+        claimed = _claim_pending(directory, store, missing, live)
+        # Missing from the cache, but in a claimed part's journal: kept by a stopped run, not to embed again.
+        kept = len(wanted & {key for part in claimed for key in shards.journal_keys(part)})
+        parts = claimed + _write_parts(directory, missing, shards_, batch_size)
         set_table = pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())})
         build_once(store, set_path, lambda tmp: pq.write_table(set_table, tmp, compression="zstd"),
                    parse=parquet_readable, lock=False)
         dim = live.dim
     return EmbedPlan(provider=provider_name, role=role, store=str(store), cache_dir=str(directory),
                      set_path=str(set_path), set_key=set_key, count=len(keys),
-                     missing=missing_count, repeated=len(keys) - missing_count - len(cached_texts), parts=tuple(str(p) for p in parts), dim=dim, force=force,
+                     missing=missing_count, kept=kept, repeated=len(keys) - missing_count - len(cached_texts), parts=tuple(str(p) for p in parts), dim=dim, force=force,
                      cached_tokens=cached_tokens, cached_token_source=cached_source, started=started)
 
 
@@ -167,15 +172,21 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
     dim = plan.dim
     if not mine:
         return PartResult(0, 0, "none", dim)
-    # One count over this call's parts (one part holds the whole set by default): its total
-    # grows as each part is read; the stop is checked after every batch, not every part.
-    shown = embed_progress(plan.provider, plan.role, 0, progress)
+    # One count over this call's parts (one part holds the whole set by default), its total fixed
+    # now, before any part is embedded: what a stopped run kept in their journals counts as done
+    # before this run (corrected part by part once each is read under its lock). The stop is
+    # checked after every batch, not every part.
+    rows = {path: _part_rows(path) for path in mine}
+    journaled = {path: len(shards.journal_keys(path)) for path in mine}
+    shown = embed_progress(plan.provider, plan.role, sum(rows.values()), progress)
+    shown.already(sum(journaled.values()))
     with _slot(plan.cache_dir):
         for path in mine:
             with shards.work_lock(path):
                 table = shards.read_pending(path, plan.store)
-                if table is None:
-                    continue  # another run embedded it while we waited
+                if table is None:  # another run embedded it while we waited: already kept, as a stopped run's
+                    shown.already(max(0, rows[path] - journaled[path]))
+                    continue
                 done = _written_since(directory, int(table.schema.metadata[_PLANNED]))
                 # A worker killed mid-part left its journal: those rows go into the cache first.
                 with shards.folder_lock(directory):
@@ -184,8 +195,10 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                     done.update(shards.shard_from_journal(directory, path, skip=done))
                 items = [(k, t) for k, t in zip(table.column("key").to_pylist(), table.column("text").to_pylist())
                          if k not in done]
-                shown.total += table.num_rows
-                shown.already(table.num_rows - len(items))  # kept by a run that was stopped (its journal)
+                if table.num_rows != rows[path]:  # a part only now fetched from an object store
+                    shown.total += table.num_rows - rows[path]
+                # Kept by a stopped run (its journal, or shards written since the part was planned).
+                shown.already(max(0, table.num_rows - len(items) - journaled[path]))
                 count, part_tokens, source, dim = _embed_items(provider, plan, path, items, batch_size, dim, shown)
                 embedded += count
                 tokens += part_tokens
@@ -198,6 +211,14 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
                     shards.remove_pending(path)
     shown.finish()
     return PartResult(embedded, tokens, _weakest(sources), dim)
+
+
+def _part_rows(path: Path) -> int:
+    """The texts a pending part holds (its footer only); 0 when it is gone (done by another run)."""
+    try:
+        return pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowInvalid):  # gone, or damaged: read_pending quarantines it
+        return 0
 
 
 def _written_since(directory: Path, planned_ns: int) -> set[str]:

@@ -45,6 +45,15 @@ def query_filters(queries_file: Path) -> list[tuple[str, object]]:
             if obj.get("filter") is not None]
 
 
+def _has_text(path: Path) -> bool:
+    """Whether `path` holds a line that is not blank (a BOM alone counts as blank)."""
+    try:
+        with open_binary(path) as f:
+            return any(line.replace(codecs.BOM_UTF8, b"").strip() for line in f)
+    except (OSError, EOFError, zlib.error):  # a damaged .gz: the dataset stage reports it
+        return True
+
+
 def document_fields(corpus_file: Path, wanted: set[str] = frozenset()) -> set[str]:
     """Metadata field names of the documents; stops reading once every `wanted` field is found."""
     found: set[str] = set()
@@ -72,6 +81,10 @@ def check_filter_fields(path: Path, format: str, declared: list[str] | None = No
     if not wanted:
         return
     fields = document_fields(corpus_file, wanted)
+    if not wanted <= fields and not _has_text(corpus_file):
+        # No document, so no field: say that, not that the filter names an unknown field.
+        raise DatasetError(f"{corpus_file}: no documents; expected at least one (corpus.jsonl with id, title?, "
+                           "text, language?, metadata?)")
     for i, name in enumerate(declared or ()):
         if name not in fields:
             raise DatasetError(f"dataset.metadata_fields[{i}] {name!r}: no document in {corpus_file} has this metadata "

@@ -208,12 +208,18 @@ class IndexPlan:
     nprobe: tuple[int, ...]
     notes: tuple[str, ...]
     other_queries: tuple[tuple[IndexSettings, tuple[dict, ...]], ...] = ()
+    # Of the notes, those that only restate what the spec chose (IVF off): logged at INFO, the
+    # others (a setting changed or skipped) at WARNING.
+    chosen: tuple[str, ...] = ()
 
     def query_grid(self, settings: IndexSettings) -> tuple[dict, ...]:
         """The query-parameter dicts one index is searched with (flat: one search, no parameters)."""
         if settings.kind == "ivf":
             return tuple({"nprobe": p} for p in self.nprobe)
         return dict(self.other_queries).get(settings, ({},))
+
+
+IVF_OFF = "ivf: off (the spec's indexes: sets ivf: null, or names flat without ivf)"
 
 
 def plan_indexes(flat: bool, ivf, n_vectors: int, others: dict[str, dict] | None = None) -> IndexPlan:
@@ -224,7 +230,8 @@ def plan_indexes(flat: bool, ivf, n_vectors: int, others: dict[str, dict] | None
     settings, notes = [IndexSettings("flat")], []
     extra = _plan_others(others or {}, n_vectors)
     if ivf is None:
-        return IndexPlan(tuple(settings) + tuple(s for s, _ in extra), (), ("ivf: off (indexes.ivf is null)",), extra)
+        off = IVF_OFF
+        return IndexPlan(tuple(settings) + tuple(s for s, _ in extra), (), (off,), extra, chosen=(off,))
     try:
         resolved = resolve_ivf(n_vectors, ivf.nlist, ivf.train_size, ivf.seed)
     except ValueError as error:

@@ -116,9 +116,10 @@ class ProviderWork:
 
     provider: str
     texts: int
-    missing: int
+    missing: int  # to embed: not in the cache, nor kept by a stopped run
     distinct: int | None = None  # None: not counted (see note)
     note: str = ""  # why nothing could be counted (a fine-tuned model not trained yet)
+    kept: int = 0  # not in the cache yet, but embedded by a stopped run (its journal): the next run moves them in
 
     @property
     def duplicates(self) -> int:
@@ -126,13 +127,15 @@ class ProviderWork:
 
     @property
     def cached(self) -> int:
-        return 0 if self.distinct is None else self.distinct - self.missing
+        return 0 if self.distinct is None else self.distinct - self.missing - self.kept
 
     def described(self) -> str:
-        """"minilm 17,410 texts to embed (2 duplicates of other texts; none in the cache yet)"."""
+        """"minilm 17,410 texts to embed (2 duplicates of other texts; none in the cache yet)";
+        after a stop, "minilm 404 texts to embed (2,192 kept by a stopped run; ...)"."""
         if self.note:
             return f"{self.provider} {self.note}"
-        more = [f"{self.duplicates:,} duplicate{'s' * (self.duplicates != 1)} of other texts"] if self.duplicates else []
+        more = [f"{self.kept:,} kept by a stopped run"] if self.kept else []
+        more += [f"{self.duplicates:,} duplicate{'s' * (self.duplicates != 1)} of other texts"] if self.duplicates else []
         more.append(f"{self.cached:,} already in the cache" if self.cached else "none in the cache yet")
         return f"{self.provider} {self.missing:,} text{'s' * (self.missing != 1)} to embed ({'; '.join(more)})"
 
@@ -245,6 +248,7 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
     from retbench.tasks.providers import create_provider
     from retbench.tasks.stages.embed import cache_dir_for, cache_key, cached_keys, embedding_set_key
     from retbench.tasks.stages.index import plan_indexes
+    from retbench.tasks.store.shards import kept_in_journals
 
     total = sum(t.height for t in chunk_tables.values()) + sum(len(ids) for ids, _ in query_texts.values())
     plans = {name: plan_indexes(spec.indexes.flat, spec.indexes.ivf, table.height, spec.indexes.other_kinds())
@@ -262,6 +266,7 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
         raise SpecError(f"providers[{i}] ({provider_spec.name!r}, kind {provider_spec.kind}): "
                         f"{type(error).__name__}: {error}") from error
     cached = cached_keys(directory) if inspected and directory.is_dir() else set()
+    kept = kept_in_journals(directory) - cached if inspected and directory.is_dir() else set()
     missing: set[str] = set()
     distinct: set[str] = set()
     indexes = []
@@ -277,7 +282,8 @@ def _provider_work(spec, i: int, provider_spec, chunk_tables: dict[str, pl.DataF
         keys = [cache_key(fp_hash, "query", t) for t in (ids if by_id else texts)]
         distinct.update(keys)
         missing.update(k for k in keys if k not in cached)
-    return ProviderWork(provider_spec.name, total, len(missing), len(distinct)), indexes
+    return (ProviderWork(provider_spec.name, total, len(missing - kept), len(distinct), kept=len(missing & kept)),
+            indexes)
 
 
 def try_user_code(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:

@@ -26,6 +26,10 @@ from typing import Callable, Iterator
 from retbench.tasks.store.files import file_sha256, write_text
 
 log = logging.getLogger("retbench.integrity")
+# `extra` of a log record that tells of a change made to the store (a file quarantined or set
+# aside): the change is not made again, so the line must be said even when the attempt that
+# made it is discarded (the fast path's held-back lines, flows/fast_path.py).
+STORE_CHANGED = {"store_changed": True}
 
 SIDECAR_SUFFIX = ".sha256"
 QUARANTINE = "quarantine"
@@ -120,7 +124,8 @@ def quarantine(path: str | Path, store: str | Path, reason: str, quiet: bool = F
     removed(sidecar(path))
     removed(path)
     if not quiet:
-        log.warning("damaged store file %s: %s; moved to %s and it will be recomputed", path, reason, target)
+        log.warning("damaged store file %s: %s; moved to %s and it will be recomputed", path, reason, target,
+                    extra=STORE_CHANGED)
     return target
 
 

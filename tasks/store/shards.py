@@ -232,6 +232,17 @@ def journal_batches(part: Path) -> list[pa.RecordBatch]:
     return batches
 
 
+def journal_keys(part: Path) -> list[str]:
+    """The keys of the complete batches in a part's journal: rows a stopped or killed run kept."""
+    return [key for batch in journal_batches(part) for key in batch.column("key").to_pylist()]
+
+
+def kept_in_journals(directory: str | Path) -> set[str]:
+    """Keys computed by stopped or killed runs, kept in the journals of the parts in `pending/`
+    and not yet moved into the cache (the next run that claims a part moves them)."""
+    return {key for part in pending_paths(directory) for key in journal_keys(part)}
+
+
 def shard_from_journal(directory: str | Path, part: Path, skip: set[str] = frozenset()) -> list[str]:
     """The journal's rows, less those whose key is in `skip` (already in a shard: a recovery
     killed after its shard was written and before the journal went), as one shard written batch

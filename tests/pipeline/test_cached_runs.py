@@ -119,10 +119,15 @@ def test_clipped_nprobe_and_a_one_list_ivf_are_said_in_the_manifest(tmp_path):
     assert runs["nprobe"].unique().to_list() == [1]
 
 
-def test_indexes_ivf_null_runs_flat_only(tmp_path):
+def test_indexes_ivf_null_runs_flat_only(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="retbench")
     result = run(write_spec(tmp_path, "flat-only", ivf="null"))
     assert set(pl.read_parquet(tmp_path / "out" / "summary.parquet")["index"]) == {"flat"}
-    assert result.manifest["index_notes"] == ["ivf: off (indexes.ivf is null)"]
+    assert result.manifest["index_notes"] == ["ivf: off (the spec's indexes: sets ivf: null, or names flat without ivf)"]
+    said = [r for r in caplog.records if r.getMessage().startswith("ivf: off")]
+    assert said and all(r.levelno == logging.INFO for r in said)  # the spec's choice: not a WARNING
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["index_notes"] == result.manifest["index_notes"]
 
 

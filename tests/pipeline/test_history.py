@@ -156,3 +156,23 @@ def test_history_command_outside_a_git_repository_and_an_unrecorded_measure(tmp_
     err = capsys.readouterr().err
     assert err == (f"retbench: measure 'ndcg@1000' is not recorded in the history of spec 'guarded' in {tmp_path / 'store'}; "
                    "pass -m with one of: ndcg@10\n")
+
+
+def test_history_of_a_store_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    from retbench.flows.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(data=ROOT / "data" / "sample", dim=16, low=3, high=5, out=tmp_path / "out", store=tmp_path / "store"))
+    missing = tmp_path / "no" / "such-store"
+    assert main(["history", str(spec), "--store-dir", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"retbench: store folder {missing} does not exist; expected the store_dir the spec's runs "
+                            "recorded their history in (the spec's store_dir, or --store-dir)\n")
+    assert not missing.exists()  # nothing made
+    (tmp_path / "a-file").write_text("x")
+    assert main(["history", str(spec), "--store-dir", str(tmp_path / "a-file")]) == 2
+    assert "a-file is not a folder" in capsys.readouterr().err
+    (tmp_path / "empty-store").mkdir()
+    assert main(["history", str(spec), "--store-dir", str(tmp_path / "empty-store")]) == 0  # a store, never run
+    assert capsys.readouterr().out.startswith("no recorded runs of spec 'guarded'")

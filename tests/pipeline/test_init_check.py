@@ -110,6 +110,16 @@ def test_check_leaves_the_disk_as_it_found_it(tmp_path):
     # hashing's 1024 dimensions: 6 documents + 3 queries to embed, a flat index of 6 float32 vectors.
     assert "h: <1 s to embed 9 texts [measured now]" in said and "1024-dimensional" in said, said
     assert "indexes flat 24.6 kB" in said
+    # Output and store folders given on the command line, deep under folders that do not exist
+    # (issue 35: `--output-dir /nonexistent/deep/out`): probed in their nearest existing parent, not made.
+    deep_out, deep_store = tmp_path / "nonexistent" / "deep" / "out", tmp_path / "missing" / "deep" / "store"
+    for extra in ([], ["--estimate"]):
+        done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "check", str(spec), "--output-dir",
+                               str(deep_out), "--store-dir", str(deep_store), *extra], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert f"into {deep_out} (store {deep_store})" in " ".join(done.stdout.split())
+        assert _listing(tmp_path) == before, _listing(tmp_path)
 
 
 def test_check_on_a_read_only_parent_still_refuses_in_one_line(tmp_path):
@@ -220,6 +230,22 @@ def test_init_on_a_folder_it_cannot_read_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"retbench: {tmp_path / 'stuff'}: no dataset format recognised (looked for jsonl:")
     assert not list(tmp_path.glob("*.yaml"))
+
+
+def test_init_where_it_cannot_write_is_one_line(tmp_path):
+    """Tests run as root, whom chmod does not stop: /sys refuses root's new files (EACCES), as a
+    read-only folder refuses a user's; and a file where a folder should be refuses everyone."""
+    folder = tiny_collection(tmp_path / "mine")
+    done = retbench("init", folder, cwd=Path("/sys"))  # the default: <name>.yaml in the current folder
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("retbench: /sys/mine.yaml: cannot write the starter spec (permission denied); run init "
+                           "from a folder you can write, or pass -o with a path in one\n")
+    (tmp_path / "a-file").write_text("x")
+    done = retbench("init", folder, "-o", tmp_path / "a-file" / "specs" / "mine.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"retbench: {tmp_path / 'a-file' / 'specs' / 'mine.yaml'}: cannot write the starter "
+                                  f"spec ({tmp_path / 'a-file'} is a file, not a folder)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "mine"]  # no temporary file left
 
 
 def test_init_does_not_overwrite_a_spec(tmp_path, capsys, monkeypatch):

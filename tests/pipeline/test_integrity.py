@@ -117,3 +117,25 @@ def test_every_store_file_has_a_checksum(pristine):
              and p.name != "fingerprint.json"]
     assert files and all(checksum_ok(p) is True for p in files), [p for p in files if checksum_ok(p) is not True]
     assert all(cache_rows(f)[0] == len(cache_rows(f)[1]) for f in provider_folders(base / "store").values())
+
+
+def test_a_shard_quarantined_on_the_cached_path_is_said_in_the_runs_output(tmp_path):
+    """`retbench run` first tries the fast path (no Prefect) and drops its held-back lines when a
+    stage has work; a shard it quarantined there must still be said, once, since the flow that
+    takes over finds it gone and says nothing (issue 35)."""
+    from tests.pipeline.test_cli_errors import retbench, tiny_collection, write_spec
+
+    tiny_collection(tmp_path / "data")
+    spec = write_spec(tmp_path)
+    first = retbench("run", spec, cwd=tmp_path, prefect_home=tmp_path / "prefect")
+    assert first.returncode == 0, first.stderr[-3000:]
+    victim = _pick(tmp_path / "store", "shard")
+    flip(victim)
+    done = retbench("run", spec, cwd=tmp_path, prefect_home=tmp_path / "prefect")
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "damaged store file" in line]
+    assert len(said) == 1, said
+    assert "| WARNING | retbench.integrity - " in said[0]
+    assert f"damaged store file {victim}: checksum mismatch (truncated or corrupted); moved to " \
+           f"{tmp_path / 'store' / 'quarantine'}" in said[0]
+    assert "texts embedded" in done.stderr or " embedded, " in done.stderr  # its rows were embedded again

@@ -94,6 +94,28 @@ def test_a_read_only_prefect_home_is_one_line(tmp_path, spec, tmpfs):  # noqa: F
                                                  "(read-only filesystem); point PREFECT_HOME at a writable folder\n")
 
 
+def test_a_cached_run_in_a_read_only_working_directory_moves_the_default_prefect_home(tmp_path, spec, tmpfs):  # noqa: F811
+    """PREFECT_HOME unset: its default, ./.prefect, cannot be made in a read-only working directory,
+    so it moves to the per-user cache folder, said in one INFO line; the run is not refused."""
+    point, remount = tmpfs
+    first = retbench("run", spec, cwd=tmp_path)  # fills the store and the output (PREFECT_HOME set)
+    assert first.returncode == 0, first.stderr[-3000:]
+    remount("ro")
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home")}
+    for name in ("PREFECT_HOME", "PREFECT_API_URL", "XDG_CACHE_HOME", "RETBENCH_API_PORT"):
+        environment.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "run", str(spec)], cwd=point,
+                          env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fallback = tmp_path / "home" / ".cache" / "retbench" / "prefect"
+    said = [line for line in done.stderr.splitlines() if "PREFECT_HOME" in line]
+    assert len(said) == 1 and "| INFO    | retbench - " in said[0], done.stderr[-3000:]
+    assert said[0].endswith(f"PREFECT_HOME: {point / '.prefect'} cannot be written (read-only filesystem), so "
+                            f"Prefect's files go to {fallback} (set PREFECT_HOME to choose)")
+    assert "nothing to compute" in done.stderr
+    assert not list(point.iterdir())
+
+
 def test_a_port_that_cannot_be_bound_is_one_line(tmp_path, spec):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

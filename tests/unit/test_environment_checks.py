@@ -2,6 +2,8 @@
 an API server that could not start says, and a port setting that is not a port."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from retbench.flows.environment import EnvironmentFault, api_start_failure, check_prefect_home, loopback_port
@@ -37,3 +39,27 @@ def test_a_prefect_home_created_to_probe_it_is_removed_again(tmp_path, monkeypat
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "kept"))
     check_prefect_home()
     assert list((tmp_path / "kept").iterdir()) == []
+
+
+def test_the_default_prefect_home_moves_to_the_cache_folder_when_it_cannot_be_written(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("x")  # a parent that is a file refuses root too (chmod would not)
+    default = tmp_path / "a-file" / ".prefect"
+    monkeypatch.setenv("PREFECT_HOME", str(default))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # The user's own PREFECT_HOME is never moved: refused as before.
+    with pytest.raises(EnvironmentFault, match=rf"^PREFECT_HOME {default} cannot be written \(a parent is a file"):
+        check_prefect_home(defaulted=False)
+    notices = check_prefect_home(defaulted=True)
+    fallback = tmp_path / "cache" / "retbench" / "prefect"
+    assert notices == [f"PREFECT_HOME: {default} cannot be written (a parent is a file, not a folder), so Prefect's "
+                       f"files go to {fallback} (set PREFECT_HOME to choose)"]
+    assert os.environ["PREFECT_HOME"] == str(fallback)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PREFECT_HOME", str(default))
+    check_prefect_home(defaulted=True)
+    assert os.environ["PREFECT_HOME"] == str(tmp_path / "home" / ".cache" / "retbench" / "prefect")
+    monkeypatch.setenv("PREFECT_HOME", str(default))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file" / "cache"))  # neither can be written
+    with pytest.raises(EnvironmentFault, match=r"^PREFECT_HOME: neither the default .* nor .* can be written"):
+        check_prefect_home(defaulted=True)

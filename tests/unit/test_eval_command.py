@@ -56,7 +56,7 @@ def test_complete_and_relevance_level(files, capsys):
 
 def test_parquet_needs_output_and_writes_long_table(files, capsys):
     assert cli(files, "--format", "parquet") == 2
-    assert "--output" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("retbench: eval --format parquet needs --output PATH")
     out = files / "scores.parquet"
     assert cli(files, "--format", "parquet", "--output", str(out), "-q", "-m", "mrr") == 0
     df = pl.read_parquet(out)
@@ -74,26 +74,45 @@ def test_table_to_output_file(files, capsys):
     (["-m", "ndcg@ten"], "unknown measure 'ndcg@ten'"),
     (["-l", "0"], "relevance_level must be >= 1"),
 ])
-def test_bad_arguments_exit_1_with_message(files, capsys, extra, message):
-    assert cli(files, *extra) == 1
-    assert message in capsys.readouterr().err
+def test_bad_arguments_exit_2_with_one_retbench_line(files, capsys, extra, message):
+    assert cli(files, *extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("retbench: ") and err.count("\n") == 1, err
 
 
 def test_malformed_run_names_file_and_line(files, capsys):
     (files / "run.txt").write_text("q1 Q0 a 1 1.0 t\nq1 Q0 c 2 x t\n")
-    assert cli(files) == 1
+    assert cli(files) == 2
     assert "run.txt:2: score is not a number: 'x'" in capsys.readouterr().err
 
 
 def test_duplicate_doc_errors_name_the_file_and_both_lines(files, capsys):
     (files / "run.txt").write_text("q1 Q0 a 1 1.0 t\n\nq1 Q0 c 2 0.5 t\nq1 Q0 a 3 0.2 t\n")
-    assert cli(files) == 1
+    assert cli(files) == 2
     assert capsys.readouterr().err == (
-        f"retbench eval: error: {files / 'run.txt'}:4: query 'q1' retrieves doc 'a' again in run 't' (first at line 1); "
+        f"retbench: {files / 'run.txt'}:4: query 'q1' retrieves doc 'a' again in run 't' (first at line 1); "
         "trec_eval refuses duplicate docs\n")
     (files / "run.txt").write_text(RUN)
     (files / "qrels.txt").write_text("q1 0 a 1\nq1 0 b 0\nq1 0 a 2\n")
-    assert cli(files) == 1
+    assert cli(files) == 2
     assert capsys.readouterr().err == (
-        f"retbench eval: error: {files / 'qrels.txt'}:3: query 'q1' judges doc 'a' again (first at line 1); "
+        f"retbench: {files / 'qrels.txt'}:3: query 'q1' judges doc 'a' again (first at line 1); "
         "trec_eval refuses duplicate docs\n")
+
+
+def test_a_missing_file_is_one_line_naming_it_with_exit_2(files, capsys):
+    (files / "run.txt").unlink()
+    assert cli(files) == 2
+    assert capsys.readouterr().err == f"retbench: {files / 'run.txt'}: No such file or directory\n"
+
+
+def test_the_command_line_exits_2_with_the_retbench_prefix(files):
+    import subprocess
+    import sys
+
+    (files / "run.txt").write_text("q1 Q0 a 1 1.0 t\nq1 Q0 c 2 x t\n")
+    done = subprocess.run([sys.executable, "-m", "retbench.flows.cli", "eval", str(files / "qrels.txt"),
+                           str(files / "run.txt")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("retbench: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "run.txt:2: score is not a number: 'x'" in done.stderr

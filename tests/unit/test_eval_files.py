@@ -120,7 +120,7 @@ def test_cli_errors_name_file_and_line(tmp_path, capsys, text, message):
     parser = argparse.ArgumentParser(prog="retbench")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["eval", str(tmp_path / "qrels.trec"), str(tmp_path / "run.trec")])
-    assert args.func(args) == 1
+    assert args.func(args) == 2
     err = capsys.readouterr().err
     assert pytest.importorskip("re").search(message, err), err
 

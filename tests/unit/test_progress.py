@@ -60,13 +60,23 @@ def test_a_stop_request_ends_the_loop_after_the_batch_it_kept():
     assert str(stopped.value) == "interrupted during embed minilm: 128 of 3,000 texts kept; rerun to continue"
 
 
-def test_units_kept_by_a_stopped_run_count_as_done_but_not_in_the_rate():
+def test_units_kept_by_a_stopped_run_are_said_apart_and_not_in_the_rate():
     clock, lines = Clock(), []
     progress = Progress("embed minilm documents", 1000, emit=lines.append, clock=clock, every=0)
     progress.already(400)  # the journal of a run stopped earlier
     clock.now = 10.0
     progress.advance(100)  # 100 in 10 s: the 500 left take 50 s
-    assert lines == ["embed minilm documents: 500/1,000 texts (50%), 10s elapsed, ETA 50s"]
+    clock.now = 60.0
+    progress.advance(500)
+    progress.finish()
+    # The count is of what was left (600), its total fixed: it ends at 600/600, not at 1,000/1,000.
+    assert lines == ["embed minilm documents: 100/600 texts (17%; 400 more already kept), 10s elapsed, ETA 50s",
+                     "embed minilm documents: 600/600 texts (100%; 400 more already kept), 1m00s elapsed"]
+    request_stop(signal.SIGINT)
+    with pytest.raises(Interrupted) as stopped:
+        progress.check_stop()
+    # A stop still counts every unit kept, this run's and the earlier one's.
+    assert str(stopped.value) == "interrupted during embed minilm documents: 1,000 of 1,000 texts kept; rerun to continue"
 
 
 def test_a_measurement_stopped_says_it_is_done_again():

@@ -27,6 +27,32 @@ def test_defaults_and_paths_resolved_against_the_spec_folder(tmp_path):
     assert spec.indexes.flat and spec.indexes.ivf.nprobe == [1, 4, 16]
 
 
+@pytest.mark.parametrize("indexes, ivf_on", [
+    ("", True),                                           # no indexes: section: flat and IVF
+    ("indexes: {flat: true}\n", False),                   # flat named alone: flat only (issue 35)
+    ("indexes: {flat: true, hnsw: true}\n", False),
+    ("indexes: {flat: true, ivf: {nprobe: [1]}}\n", True),
+    ("indexes: {ivf: null}\n", False),
+    ("indexes: {shards: 2}\n", True),                     # names neither: IVF as by default
+    ("indexes: {hnsw: true}\n", True),
+])
+def test_ivf_is_on_unless_turned_off_or_flat_is_named_without_it(tmp_path, indexes, ivf_on):
+    spec = load_spec(_write(tmp_path, MINIMAL + indexes))
+    assert (spec.indexes.ivf is not None) == ivf_on
+
+
+def test_flat_alone_plans_no_ivf_and_says_so_as_a_choice_not_a_warning(tmp_path):
+    from retbench.tasks.stages.index import IVF_OFF, plan_indexes
+
+    spec = load_spec(_write(tmp_path, MINIMAL + "indexes: {flat: true}\n"))
+    plan = plan_indexes(spec.indexes.flat, spec.indexes.ivf, 500)  # 500 vectors: nlist 12, nprobe 16 would be clipped
+    assert [s.kind for s in plan.settings] == ["flat"]
+    assert plan.notes == plan.chosen == (IVF_OFF,)  # logged at INFO: nothing was changed or skipped
+    clipped = plan_indexes(True, load_spec(_write(tmp_path, MINIMAL)).indexes.ivf, 500)
+    assert [s.kind for s in clipped.settings] == ["flat", "ivf"] and clipped.chosen == ()
+    assert any("nprobe [16] exceed nlist=" in note for note in clipped.notes)
+
+
 def test_unknown_key_is_named(tmp_path):
     with pytest.raises(SpecError, match=r"chunking\.strategyy: unknown key"):
         load_spec(_write(tmp_path, MINIMAL + "chunking: {strategyy: fixed}\n"))

@@ -26,7 +26,7 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 
-from retbench.tasks.store.files import _fsync_dir, atomic_write, file_sha256, write_json
+from retbench.tasks.store.files import DiskFault, _fsync_dir, atomic_write, file_sha256, write_json
 from retbench.tasks.store.integrity import StoreError
 
 LOCK = ".run.lock"
@@ -65,6 +65,8 @@ def live_run(output_dir: str | Path, spec_name: str, run_id: str) -> Iterator[Pa
         staging.mkdir()
         try:
             yield staging
+        except DiskFault as fault:  # said of the output folder: the staging folder is gone when it is read
+            raise DiskFault(fault.errno, fault.strerror.replace(str(staging), str(output_dir))) from fault
         finally:
             _end_the_run(output_dir, staging)
             os.ftruncate(fd, 0)

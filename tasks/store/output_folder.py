@@ -15,6 +15,7 @@ run never leaves a stale lock behind.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fcntl
 import json
@@ -56,8 +57,11 @@ def live_run(output_dir: str | Path, spec_name: str, run_id: str) -> Iterator[Pa
                                    f"end, or give this run another output_dir (--output-dir)") from None
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         about = json.dumps({"pid": os.getpid(), "spec": spec_name, "run_id": run_id, "started": started})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, about.encode(), 0)
+        try:  # a courtesy to the run refused: on a full disk, the lock holds without it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, about.encode(), 0)
+        except OSError:
+            pass
         finish_publishing(output_dir)
         for abandoned in output_dir.glob(f"{STAGING_PREFIX}*"):  # a killed run's: we hold the lock, it is dead
             shutil.rmtree(abandoned, ignore_errors=True)
@@ -69,7 +73,8 @@ def live_run(output_dir: str | Path, spec_name: str, run_id: str) -> Iterator[Pa
             raise DiskFault(fault.errno, fault.strerror.replace(str(staging), str(output_dir))) from fault
         finally:
             _end_the_run(output_dir, staging)
-            os.ftruncate(fd, 0)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # releases the flock
 

@@ -144,7 +144,10 @@ def _run(args) -> int:
             from retbench.tasks.extras import require
 
             require("dask", "--dask")
-        preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
+        dataset, key = preflight(spec)  # the files, folders, secrets, and every id and grade of the dataset (what `check` checks)
+        from retbench.tasks.stages.disk_space import check_free_space
+
+        check_free_space(spec, dataset, key)  # a store too small for what the run would write: refused now
         if not (args.prefect or args.force or args.remeasure):
             from retbench.flows.fast_path import run_if_cached
             from retbench.tasks.pipeline import Selection

@@ -3,7 +3,6 @@ command with one line `retbench: <what, where, what to do>` and exit code 2; the
 tracebacks, and Prefect's logging of them, are shown only with --debug."""
 from __future__ import annotations
 
-import errno
 import logging
 
 EXIT_EXPECTED = 2
@@ -37,12 +36,14 @@ def _is_expected(error: BaseException) -> bool:
     from retbench.tasks.plugins import PluginError
     from retbench.tasks.user_code import UserCodeError
     from retbench.tasks.extras import MissingExtra
+    from retbench.tasks.store.files import DISK_FAULTS
 
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
                           EnvironmentFault, Interrupted, UserCodeError, PluginError, MissingExtra)):
         return True
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+    # A full, read-only or forbidden disk: told with the path, the free space and the fix.
+    if isinstance(error, OSError) and error.errno in DISK_FAULTS:
         return True
     # The flow's regression gate (fail_on_regression): an outcome, not a bug. Matched by
     # name so the check survives the class moving between modules.
@@ -53,11 +54,16 @@ def one_line(error: BaseException) -> str:
     """`retbench: ...` for an expected failure, on one line (multi-line messages are joined by '; ')."""
     from pydantic import ValidationError
 
+    from retbench.tasks.store.files import WRITE_FAULTS, DiskFault, disk_fault
+
     if isinstance(error, ValidationError):
         from retbench.tasks.config.spec_errors import describe
 
         # Provider options are validated by the provider when it is built; said in the spec's words.
         text = "invalid provider options: " + "; ".join(describe(error))
+    elif isinstance(error, OSError) and error.errno in WRITE_FAULTS and error.filename and not isinstance(error, DiskFault):
+        # Raised outside the store's writers (a rename while publishing, a library's own file): the same words.
+        text = disk_fault(error.errno, error.filename, "the work done so far is kept", "that folder").strerror
     elif isinstance(error, OSError) and error.strerror:
         text = error.strerror + (f": {error.filename}" if error.filename else "")
     else:

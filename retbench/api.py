@@ -217,7 +217,10 @@ def _run(raw: dict, spec_path: str, overrides: dict, stage: str, only: list[str]
         logging.getLogger("retbench").info(notice)
     spec = load_spec_data(raw, spec_path, **overrides)
     select_providers(spec, only)
-    preflight(spec)  # the files, ids and grades, before any work (what `retbench check` checks)
+    dataset, key = preflight(spec)  # the files, ids and grades, before any work (what `retbench check` checks)
+    from retbench.tasks.stages.disk_space import check_free_space
+
+    check_free_space(spec, dataset, key)  # a store too small for what the run would write: refused now
     if not (prefect or force or remeasure or dask):
         from retbench.flows.fast_path import run_if_cached
         from retbench.tasks.pipeline import Selection

@@ -9,6 +9,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _finish_an_interrupted_publication(output_dir: Path) -> None:
+    """A run stopped while moving its files into place left a commit point: finish the moves, so
+    the folder read is the new run's whole (tasks/store/output_folder.py)."""
+    from retbench.tasks.store.output_folder import finish_if_abandoned
+
+    try:
+        finish_if_abandoned(output_dir)
+    except OSError:  # a read-only folder: read what is there; the next run finishes it
+        pass
+
+
 class Results:
     """The results of one run (`output_dir`): `summary`, `per_query`, `verdict`, `ladder`, `failures`
     and any other table by name (`table("latency")`), `scores` (one row per setting, a column per
@@ -16,6 +27,7 @@ class Results:
 
     def __init__(self, output_dir: str | Path):
         self.output_dir = Path(output_dir).resolve()
+        _finish_an_interrupted_publication(self.output_dir)
         if not (self.output_dir / "manifest.json").is_file():
             raise FileNotFoundError(f"{self.output_dir}: no manifest.json, so no finished run's output (expected the "
                                     f"output_dir of a run)")

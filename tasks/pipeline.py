@@ -28,6 +28,7 @@ from retbench.tasks.stage_calls import (chunk_stage, default_provider, embed_fin
 from retbench.tasks.stage_calls import data_audit_stage
 from retbench.tasks.stage_list import SIDE_STAGES
 from retbench.tasks.stage_units import Produced
+from retbench.tasks.progress import Interrupted, stop_requested
 
 log = logging.getLogger("retbench")
 
@@ -82,6 +83,8 @@ class Runner:
         if stage not in self.started:
             self.started.append(stage)
             self.announce(stage)
+        if stop_requested():  # a stage call not begun refuses to start, as on Prefect's runners
+            raise Interrupted.before(label or stage)
         resolve = lambda value: value.result() if isinstance(value, Done) else value  # noqa: E731
         return Done(fn(*map(resolve, args), **{k: resolve(v) for k, v in kwargs.items()}))
 
@@ -181,20 +184,27 @@ def run_pipeline(
     (s3://...) is read and written object by object through a local scratch folder."""
     from retbench.tasks.stages.prepare import check_inputs
 
+    from retbench.tasks.store.output_folder import live_run
+
     check_inputs(spec)  # refused before any stage: a missing dataset, a filter on an unknown field
-    with local_store(spec) as spec:
-        return _run(spec, selection, spec_path, runner or Runner(), run_id or str(uuid.uuid4()), make_provider,
-                    on_published)
+    run_id = run_id or str(uuid.uuid4())
+    # The run writes into a staging folder and publishes it whole at its end (tasks/store/output_folder.py):
+    # a stop or crash anywhere leaves the previous run's outputs or this one's, never a mix.
+    with local_store(spec) as spec, live_run(spec.output_dir, spec.name, run_id) as staging:
+        return _run(spec, staging, selection, spec_path, runner or Runner(), run_id, make_provider, on_published)
 
 
-def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published) -> PipelineResult:
+def _run(final_spec, staging, selection, spec_path, runner, run_id, make_provider, on_published) -> PipelineResult:
     from retbench.tasks.reporting import tables as report
     from retbench.tasks.reporting.manifest import build_manifest
     from retbench.tasks.stages.index import plan_indexes
     from retbench.tasks.config.variants import RAW_QUERIES
     from retbench.tasks.stages.variants import plan_settings
+    from retbench.tasks.store.output_folder import publish, rebased
 
     started = time.perf_counter()
+    output_dir = Path(final_spec.output_dir)
+    spec = final_spec.model_copy(update={"output_dir": type(final_spec.output_dir)(staging)})  # every stage writes there
     targeted = [p.name for p in select_providers(spec, list(selection.providers))]
     store = str(spec.store_dir)
     reaches, forced = selection.reaches, selection.forced
@@ -287,10 +297,12 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
             tables |= unit.written(unit.write(produced))
     all_embeddings = [d.result() for d in doc_sets.values()] + [q.result() for q in query_sets.values()]
     all_indexes = [i for group in built.values() for i in group] + variant_indexes
-    manifest = build_manifest(spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
-                              all_embeddings, all_indexes, runs, tables, time.perf_counter() - started, sweep_results,
+    final_tables = {name: rebased(path, staging, output_dir) for name, path in tables.items()}  # once published
+    manifest = build_manifest(final_spec, spec_path or "", selection.stage, sorted(targeted), selection.force, dataset, chunks,
+                              all_embeddings, all_indexes, runs, final_tables, time.perf_counter() - started, sweep_results,
                               index_notes=[n for plan in plans.values() for n in plan.notes], systems=system_runs)
     manifest["run"]["orchestrator"] = runner.orchestrator
+    manifest["run"]["id"] = run_id  # every table published with this manifest carries it too
     manifest["truncation"] = [row for rows in produced.results_of("clipping") for row in rows]
     manifest["data_audit"] = runner.submit("score", data_audit_stage, dataset, spec, tables.get("runs"),
                                            label="data-audit").result()
@@ -312,19 +324,37 @@ def _run(spec, selection, spec_path, runner, run_id, make_provider, on_published
                                         "peak_rss_mb": m.peak_rss_mb, "trained_now": m.computed}
                                  for name, m in tuned.items()}
     if not reaches("score"):
-        _keep_tables_of_the_last_full_run(manifest, Path(spec.output_dir))
+        _keep_tables_of_the_last_full_run(manifest, output_dir)
     report.write_manifest(spec.output_dir, manifest)
+    published = None
     if reaches("score"):
         sections = tuple(unit.report for unit in side_stages if unit.report is not None)
         published = runner.submit("report", report_stage, spec, run_id, sections).result()
+    if stop_requested():  # asked during the report (or the last stage): nothing of this run is published
+        raise Interrupted.before(f"publishing into {output_dir} (it keeps the previous run's outputs)")
+    publish(staging, output_dir, run_id, replaces_all=reaches("score"))
+    if published is not None:
+        published = _rebased_published(published, staging, output_dir)
         if on_published is not None:
             on_published(published)
         if published.regressions and spec.history.fail_on_regression:
             raise RegressionError(f"{published.regressions} regression(s); see {published.regressions_path}")
     texts = manifest["texts"]
     log.info(f"stage {selection.stage}: embedded {texts['embedded']} texts, {texts['from_cache']} served from cache; "
-             f"output in {spec.output_dir}")
-    return PipelineResult(output_dir=str(spec.output_dir), manifest=manifest, embeddings=all_embeddings, tables=tables)
+             f"output in {output_dir}")
+    return PipelineResult(output_dir=str(output_dir), manifest=manifest, embeddings=all_embeddings, tables=final_tables)
+
+
+def _rebased_published(published, staging: Path, output_dir: Path):
+    """The report stage's record with its paths where publishing put the files."""
+    import dataclasses
+
+    from retbench.tasks.store.output_folder import rebased
+
+    return dataclasses.replace(published, html=rebased(published.html, staging, output_dir),
+                               markdown=rebased(published.markdown, staging, output_dir),
+                               regressions_path=published.regressions_path and rebased(published.regressions_path,
+                                                                                        staging, output_dir))
 
 
 def _submit_side_stages(side_stages: list, phase: str, produced: Produced) -> None:

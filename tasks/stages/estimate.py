@@ -68,7 +68,7 @@ class ProviderEstimate:
 
     @property
     def cache_bytes(self) -> int | None:
-        return None if self.dim is None else int(self.texts * self.dim * FLOAT_BYTES * CACHE_BYTES_PER_FLOAT_BYTE)
+        return None if self.dim is None else vector_bytes(self.texts, self.dim)
 
     def line(self) -> str:
         if not self.texts:
@@ -148,11 +148,7 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
                       f"after one warm-up call; model made in {loaded:.1f} s")
         elif per_text is None:
             source = None
-        sizes, unsized = index_sizes(spec, rows, dim) if dim else ({}, ())
-        # What the first run adds to the store: indexes already built there are not counted again.
-        unbuilt = {i.kind for i in plan.indexes if i.setting.split("@")[0] == provider_spec.name and not i.built}
-        sizes = {kind: n for kind, n in sizes.items() if kind in unbuilt}
-        unsized = tuple(kind for kind in unsized if kind in unbuilt)
+        sizes, unsized, unbuilt = unbuilt_index_sizes(spec, plan, provider_spec.name, rows, dim)
         # A store that holds this provider's indexes holds their runs too: neither stage runs again.
         index_seconds, search_seconds = (search_work(spec, rows, dim, distinct_queries).seconds()
                                          if dim and unbuilt else (None, None))
@@ -164,6 +160,42 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
             index_seconds=index_seconds, search_seconds=search_seconds,
             profile_seconds=profile_seconds(spec, provider, per_text or 0.0, per_query)))
     return estimates
+
+
+def vector_bytes(texts: int, dim: int) -> int:
+    """The cache's bytes on disk for `texts` vectors of `dim`."""
+    return int(texts * dim * FLOAT_BYTES * CACHE_BYTES_PER_FLOAT_BYTE)
+
+
+def unbuilt_index_sizes(spec: BenchmarkSpec, plan, provider: str, rows: int, dim: int | None
+                        ) -> tuple[dict[str, int], tuple[str, ...], set[str]]:
+    """(bytes by index kind, kinds not sized, kinds to build) of the indexes the run would add to
+    the store for `provider`: indexes already built there are not counted again."""
+    sizes, unsized = index_sizes(spec, rows, dim) if dim else ({}, ())
+    unbuilt = {i.kind for i in plan.indexes if i.setting.split("@")[0] == provider and not i.built}
+    return ({kind: n for kind, n in sizes.items() if kind in unbuilt},
+            tuple(kind for kind in unsized if kind in unbuilt), unbuilt)
+
+
+def store_bytes(spec: BenchmarkSpec, plan) -> tuple[int, list[str]]:
+    """What a run of `plan` (tasks/stages/preflight.py RunPlan) adds to the store, as
+    `estimate_first_run` sizes it, without timing anything: (bytes, providers not sized, their
+    dimension unknown without the model or their model trained first)."""
+    from retbench.tasks.providers import create_provider
+
+    rows = sum(plan.chunks.values())
+    total, unsized = 0, []
+    for provider_spec, work in zip(spec.providers, plan.providers):
+        dim = None
+        if not work.note:
+            provider = create_provider(provider_spec.kind, provider_spec.options, provider_spec.dimensions)
+            dim = provider_spec.dimensions or provider.declared_dim()
+        if not dim:
+            unsized.append(provider_spec.name)
+            continue
+        sizes = unbuilt_index_sizes(spec, plan, provider_spec.name, rows, dim)[0]
+        total += vector_bytes(work.missing, dim) + sum(sizes.values())
+    return total, unsized
 
 
 def planned_ivf(spec: BenchmarkSpec, rows: int) -> tuple[dict, tuple[int, ...]] | None:

@@ -11,7 +11,9 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,35 +70,117 @@ def _hash_memo(path: str) -> Path:
     return user_cache_dir() / "file-sha256" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
 
-def disk_full(path: str | Path, kept: str, folder: str) -> OSError:
-    """The one way a full disk is told: the file being written, what survived, what to do."""
-    return OSError(errno.ENOSPC, f"no space left on the device while writing {path}; {kept}: free space or move "
-                                 f"{folder}, then rerun")
+# Disk faults a write can meet, as one line each: what happened, and what to do about it.
+DISK_FAULTS = {
+    errno.ENOSPC: ("no space left on the device", "free space or move {folder}"),
+    errno.EDQUOT: ("disk quota exceeded", "free space within your quota or move {folder}"),
+    errno.EROFS: ("read-only file system", "remount it read-write or move {folder} to a writable disk"),
+    errno.EACCES: ("permission denied", "give this user write access to {parent} or move {folder}"),
+    errno.EPERM: ("operation not permitted", "give this user write access to {parent} or move {folder}"),
+}
+# Those only a write meets (a permission error can be a read's): a bare one is worded as a write's.
+WRITE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# Libraries that wrap the OSError in their own error (FAISS's RuntimeError) keep its text.
+_STRERRORS = {os.strerror(code): code for code in DISK_FAULTS}
+
+
+class DiskFault(OSError):
+    """A write that failed on a full, read-only or forbidden disk, said in one line (its strerror)."""
+
+
+def free_space(path: str | Path) -> str:
+    """"1.2 GB free" on the device of `path` (or of its nearest existing parent)."""
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    try:
+        return f"{human_bytes(shutil.disk_usage(existing).free)} free" if existing is not None else "free space unknown"
+    except OSError:
+        return "free space unknown"
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def disk_fault(code: int, path: str | Path, kept: str, folder: str) -> DiskFault:
+    """The one way a disk fault is told: the file being written, the free space there, what
+    survived, what to do."""
+    what, fix = DISK_FAULTS[code]
+    fix = fix.format(folder=folder, parent=Path(path).parent)
+    return DiskFault(code, f"{what} while writing {path} ({free_space(Path(path).parent)}); {kept}: {fix}, then rerun")
+
+
+def disk_full(path: str | Path, kept: str, folder: str) -> DiskFault:
+    return disk_fault(errno.ENOSPC, path, kept, folder)
+
+
+def disk_fault_code(error: BaseException) -> int | None:
+    """The disk fault behind `error` (an OSError's errno, or the text of a library's own error), else None."""
+    if isinstance(error, OSError):
+        return error.errno if error.errno in DISK_FAULTS else None
+    text = str(error)
+    return next((code for strerror, code in _STRERRORS.items() if strerror in text), None)
+
+
+def _injected_fault(path: Path) -> None:
+    """Test hook: RETBENCH_FAIL_WRITE=N:CODE[:TEXT] makes this process's Nth atomic write (of a path
+    containing TEXT) fail with that errno (ENOSPC, EROFS, EACCES, EPERM, EDQUOT), as a real disk would."""
+    hook = os.environ.get("RETBENCH_FAIL_WRITE")
+    if not hook:
+        return
+    count, name, *text = hook.split(":", 2)
+    if text and text[0] not in str(path):
+        return
+    with _writes_lock:
+        if _writes[1] != hook:  # another hook (a test's next case): count from the start
+            _writes[:] = [0, hook]
+        _writes[0] += 1
+        if _writes[0] != int(count):
+            return
+    code = getattr(errno, name)
+    raise OSError(code, os.strerror(code), str(path))
+
+
+_writes: list = [0, None]  # atomic writes counted for the hook, and the hook counted for
+_writes_lock = threading.Lock()
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     """Call `write(tmp_path)`, fsync the result, then rename it to `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        if error.errno in DISK_FAULTS:
+            raise disk_fault(error.errno, path, _KEPT, "the store / output directory") from error
+        raise
     # mkstemp creates 0600; a plain open() would give 0666 minus the umask, which
     # is what a reader of the output (a dashboard user, a teammate) expects.
     os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     try:
+        _injected_fault(path)
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        code = disk_fault_code(error) if isinstance(error, Exception) else None
+        if code is not None and not isinstance(error, DiskFault):
             # The target (if any) is untouched: the half-written temp file is gone.
-            raise disk_full(path, "nothing stored was changed", "the store / output directory") from error
+            raise disk_fault(code, path, _KEPT, "the store / output directory") from error
         raise
     _fsync_dir(path.parent)
     _upload_if_in_object_store(path)
     return path
+
+
+_KEPT = "nothing stored was changed and the work done so far is kept"
 
 
 def _upload_if_in_object_store(path: Path) -> None:

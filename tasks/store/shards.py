@@ -10,7 +10,6 @@ checksum). What a row means, and which of two rows with one key wins, is the cac
 from __future__ import annotations
 
 import contextlib
-import errno
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +20,7 @@ import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from retbench.tasks.store.build import write_checked
-from retbench.tasks.store.files import disk_full
+from retbench.tasks.store.files import DISK_FAULTS, DiskFault, disk_fault
 from retbench.tasks.store.integrity import file_lock, quarantine, record_checksum, recorded_checksum, sidecar, verify
 from retbench.tasks.store.remote import removed, store_of, synced
 
@@ -211,10 +210,10 @@ def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch]
 
             yield append
     except OSError as error:
-        if error.errno != errno.ENOSPC:
+        if error.errno not in DISK_FAULTS or isinstance(error, DiskFault):
             raise
-        raise disk_full(path, "the batches embedded before it are kept (the next run reuses them) and nothing "
-                              "else stored was changed", "the store") from error
+        raise disk_fault(error.errno, path, "the batches embedded before it are kept (the next run reuses them) and "
+                                            "nothing else stored was changed", "the store") from error
 
 
 def journal_batches(part: Path) -> list[pa.RecordBatch]:

@@ -2,6 +2,7 @@
 code 2, without tracebacks (those come with --debug); bad inputs fail before Prefect starts."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,9 +152,10 @@ def test_expected_failures_and_their_one_line(tmp_path):
         atomic_write(tmp_path / "table.parquet", write)
 
     full = raised(disk_full)
-    assert one_line(expected_failure(full)) == (
-        f"retbench: no space left on the device while writing {tmp_path / 'table.parquet'}; nothing stored was "
-        "changed: free space or move the store / output directory, then rerun")
+    assert re.fullmatch(
+        rf"retbench: no space left on the device while writing {re.escape(str(tmp_path / 'table.parquet'))} "
+        r"\([\d.]+ [kMG]B free\); nothing stored was changed and the work done so far is kept: free space or move the "
+        r"store / output directory, then rerun", one_line(expected_failure(full)))
     typo = raised(lambda: create_provider("hashing", {"dimm": 8}))
     assert one_line(expected_failure(typo)) == "retbench: invalid provider options: dimm: unknown key"
     missing = raised(lambda: resolve_secret("RETBENCH_SURELY_UNSET", what="cohere API key"))

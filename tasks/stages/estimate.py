@@ -33,9 +33,6 @@ ID_BYTES = 8  # an IVF list stores an int64 id beside each vector
 # compress to far less, so for them this is an upper bound).
 CACHE_BYTES_PER_FLOAT_BYTE = 1.5
 PROFILED, MEASURED_NOW = "latency profile", "measured now"
-# Words a model reads at most in one text (MiniLM truncates at 256 tokens, e5 reads 512 in windows):
-# past it, padding costs no more.
-MAX_WORDS = 256
 
 
 @dataclass(frozen=True)
@@ -136,14 +133,12 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
         provider = create_provider(provider_spec.kind, provider_spec.options, provider_spec.dimensions)
         dim = provider_spec.dimensions or provider.declared_dim()
         per_text = profiled_seconds_per_text(spec, provider, provider_spec.batch_size, baseline, queries)
-        per_query = per_padded_word = None
+        per_query = None
         source, detail, loaded = PROFILED, "the document rows of this machine's latency profile in the store", 0.0
         if per_text is None and measure_now:
             def planned(ordered, role="document"):
                 return provider.plan_batches(ordered, role, provider_spec.batch_size)
-            document_batches = timed_batches(texts, planned)
-            per_text, dim, loaded, timed = _measure_now(provider, document_batches, "document")
-            per_padded_word = per_text * sum(map(len, document_batches)) / max(padded_words(document_batches), 1)
+            per_text, dim, loaded, timed = _measure_now(provider, timed_batches(texts, planned), "document")
             if distinct_queries:
                 per_query, _, _, timed_queries = _measure_now(
                     provider, timed_batches(queries, lambda ordered: planned(ordered, "query")), "query", loaded=True)
@@ -163,9 +158,7 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
             provider_spec.name, work.missing, dim, per_text, source, detail, sizes, unsized, loaded,
             queries=min(missing_queries, work.missing), query_seconds_per_text=per_query,
             index_seconds=index_seconds, search_seconds=search_seconds,
-            # A profile in the store is reused by the run, not measured again.
-            profile_seconds=(profile_seconds(spec, provider, baseline, per_padded_word, per_query)
-                             if per_padded_word is not None else 0.0)))
+            profile_seconds=profile_seconds(spec, provider, per_text or 0.0, per_query)))
     return estimates
 
 
@@ -229,34 +222,17 @@ def search_work(spec: BenchmarkSpec, rows: int, dim: int, queries: int):
                       train_rows=params.get("train_size") or rows, nprobes=nprobes)
 
 
-def profile_seconds(spec: BenchmarkSpec, provider, documents: list[str], per_padded_word: float,
-                    per_query: float | None) -> float:
+def profile_seconds(spec: BenchmarkSpec, provider, per_text: float, per_query: float | None) -> float:
     """The latency profile's embedding time (tasks/stages/latency.py): at each batch size, warm-up
-    calls and `iterations` rounds of `concurrency` calls that overlap, then the query calls. Its
-    batches are corpus texts in corpus order, not sorted by length as the embed stage's are, so a
-    batch pads to its longest text: each call is counted in padded words (texts x longest), at
-    the time per padded word of the run's own batches. Counted per text instead, the sample's
-    profile came out at 0.46x its measured time for both minilm and e5-small."""
-    from retbench.tasks.stages.latency import QUERY_CALLS, call_batches, profile_pool
+    calls and `iterations` rounds of `concurrency` calls that overlap, then the query calls."""
+    from retbench.tasks.stages.latency import QUERY_CALLS
 
     if spec.latency is None:
         return 0.0
     section = spec.latency
     levels = len(section.concurrency) if provider.concurrent else 1
-    pool = profile_pool(documents, section)
-    words = 0
-    for size in section.batch_sizes:
-        batches = call_batches(pool, size, section.iterations * levels)
-        words += padded_words(batches) + padded_words([batches[i % len(batches)] for i in range(section.warmup)])
-    per_query = per_query if per_query is not None else per_padded_word * padded_words([pool[:1]])
-    return words * per_padded_word + (section.warmup + QUERY_CALLS) * per_query
-
-
-def padded_words(batches: list[list[str]]) -> int:
-    """Words a model reads with padding: each batch's size times its longest text, in words (a
-    stand-in for tokens, capped where models truncate)."""
-    return sum(len(batch) * max((min(len(t.split()), MAX_WORDS) for t in batch), default=0) or len(batch)
-               for batch in batches)
+    documents = sum((section.warmup + section.iterations * levels) * size for size in section.batch_sizes)
+    return documents * per_text + (section.warmup + QUERY_CALLS) * (per_query if per_query is not None else per_text)
 
 
 def profiled_seconds_per_text(spec: BenchmarkSpec, provider, batch_size: int, documents: list[str],

@@ -43,7 +43,7 @@ def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str]
     """The `latency` rows of one provider (vectors are discarded, nothing is cached).
     Concurrency is swept only for providers whose calls may overlap (`Provider.concurrent`)."""
     spec = spec or LatencySpec()
-    pool = profile_pool(texts, spec)
+    pool = [t for t in texts[: spec.texts] if t] or ["empty"]
     concurrent = provider.concurrent
     settings = []  # (batch size, concurrency)
     for batch_size in spec.batch_sizes:
@@ -55,7 +55,8 @@ def profile_latency(provider: Provider, provider_name: str, texts: Sequence[str]
     rows = []
     for batch_size, concurrency in settings:
         calls = spec.iterations * concurrency
-        batches = call_batches(pool, batch_size, calls)
+        # Different texts in every call, so a server-side cache cannot flatter the numbers.
+        batches = [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
         latencies, wall = provider.timed_calls(batches, spec.role, concurrency, warmup=spec.warmup)
         rows.append(_timed_row(latencies, wall, batch_size * calls, provider=provider_name, kind=provider.kind,
                                batch_size=batch_size, concurrency=concurrency, iterations=spec.iterations,
@@ -77,17 +78,6 @@ def profile_query_latency(provider: Provider, provider_name: str, queries: Seque
     row = _timed_row(latencies, wall, QUERY_CALLS, provider=provider_name, kind=provider.kind, batch_size=1,
                      concurrency=1, iterations=QUERY_CALLS, calls=QUERY_CALLS, role="query")
     return pl.DataFrame([row], schema=LATENCY_SCHEMA)
-
-
-def profile_pool(texts: Sequence[str], spec: LatencySpec) -> list[str]:
-    """The corpus texts the document profile draws its calls from."""
-    return [t for t in texts[: spec.texts] if t] or ["empty"]
-
-
-def call_batches(pool: list[str], batch_size: int, calls: int) -> list[list[str]]:
-    """The texts of each timed call at one batch size (the warm-up repeats the first call's)."""
-    # Different texts in every call, so a server-side cache cannot flatter the numbers.
-    return [_take(pool, (i * batch_size) % len(pool), batch_size) for i in range(calls)]
 
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:

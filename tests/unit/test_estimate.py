@@ -101,15 +101,13 @@ def test_index_and_search_are_counted_in_multiply_adds():
     assert 0 < index_seconds and 0 < search_seconds  # at this machine's measured speed
 
 
-def test_the_latency_profile_counts_its_calls_in_padded_words(tmp_path):
+def test_the_latency_profile_counts_its_calls(tmp_path):
     from retbench.tasks.stages.estimate import profile_seconds
     from retbench.tasks.stages.latency import QUERY_CALLS
 
     path = spec_file(tmp_path)
-    path.write_text(path.read_text() + "latency: {batch_sizes: [1, 2], iterations: 2, warmup: 1}\n")
+    path.write_text(path.read_text() + "latency: {batch_sizes: [1, 10], iterations: 2, warmup: 1}\n")
     spec = load_spec(path)
     local = create_provider("hashing", {"dim": 32})  # one call at a time: concurrency is not swept
-    documents = ["a b c", "a", "a b c d e f"]  # 3, 1 and 6 words, drawn in corpus order
-    # Batch size 1: calls [3 words] and [1], warm-up [3]: 7. Batch size 2: calls [3, 1] and [6, 3]
-    # pad to 2 x 3 and 2 x 6, warm-up [3, 1] again: 6 + 12 + 6 = 24. Then 1 + QUERY_CALLS queries.
-    assert profile_seconds(spec, local, documents, 0.01, 0.001) == pytest.approx(31 * 0.01 + (1 + QUERY_CALLS) * 0.001)
+    # (1 warm-up + 2 rounds) x (1 + 10) document texts, then 1 + QUERY_CALLS queries one per call.
+    assert profile_seconds(spec, local, 0.01, 0.001) == pytest.approx(3 * 11 * 0.01 + (1 + QUERY_CALLS) * 0.001)

@@ -158,7 +158,8 @@ def estimate_first_run(spec: BenchmarkSpec, plan, chunks: dict[str, pl.DataFrame
             provider_spec.name, work.missing, dim, per_text, source, detail, sizes, unsized, loaded,
             queries=min(missing_queries, work.missing), query_seconds_per_text=per_query,
             index_seconds=index_seconds, search_seconds=search_seconds,
-            profile_seconds=profile_seconds(spec, provider, per_text or 0.0, per_query)))
+            # A profile in the store is reused by the run, not measured again.
+            profile_seconds=profile_seconds(spec, provider, per_text, per_query) if source == MEASURED_NOW else 0.0))
     return estimates
 
 

@@ -59,7 +59,13 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
     plan = plan_embedding(built, set_label or provider.name, ids, ids if built.keyed_by_id else texts["text"].to_list(),
                           role, Path(store), provider.shards, provider.batch_size, force=force)
     if plan.missing:
-        log.info(f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
+        from retbench.tasks.stages.embed import embed_what
+        from retbench.tasks.worker_events import send_plan
+
+        line = f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)"
+        # On a Dask worker the line goes to the run's main process, with the total its parts sum to.
+        if not send_plan(embed_what(plan.provider, role), plan.missing, line):
+            log.info(line)
     return plan
 
 

@@ -1,0 +1,126 @@
+"""A `--dask` flow run's side of the cluster: one line naming it, the workers set up (progress
+reporting, Ctrl-C left to this process), their progress summed here, a stop passed on to them,
+and waits on their futures that give up when a stopped run's worker is gone.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable
+
+from retbench.flows import interrupts
+from retbench.flows.dask_progress import DaskProgress
+from retbench.tasks.progress import Interrupted, first_interruption, request_stop, stop_requested
+from retbench.tasks.worker_events import TOPIC, RetbenchWorker
+
+log = logging.getLogger("retbench")
+# Dask's loggers and prefect-dask's: their start-up and shutdown lines (scheduler, nanny,
+# dashboard, jupyter-server-proxy hints) say nothing a run's reader needs; --debug shows them.
+CHATTY = ("distributed", "prefect.task_runner.dask")
+
+
+def _stop_wait() -> float:
+    # RETBENCH_DASK_STOP_WAIT: seconds a stopped run waits for its workers' batches in flight
+    # (a model still loading finishes first); past it the run ends with what is kept.
+    return float(os.environ.get("RETBENCH_DASK_STOP_WAIT", "120"))
+
+
+def quiet_dask(debug: bool) -> None:
+    """Dask's own INFO lines out of the run's log unless --debug (before the cluster starts)."""
+    if debug:
+        return
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import dask
+
+    # Passed on to the workers a local cluster starts (their logging is configured from it).
+    dask.config.set({"logging": {"distributed": "warning"}})
+
+
+class DaskSession:
+    """Attached to the flow's DaskTaskRunner for one run (`attach`)."""
+
+    def __init__(self, runner, emit: Callable[[str], None], debug: bool = False):
+        self.runner, self.client = runner, runner.client  # starts a local cluster here, if one is to be
+        self.local = getattr(runner, "address", None) is None
+        self.progress = DaskProgress(emit)
+        self.workers_at_stop: set[str] | None = None
+        self.stopped_at: float | None = None
+        self.client.register_plugin(RetbenchWorker(ignore_sigint=self.local, quiet=not debug), name="retbench")
+        self.client.subscribe_topic(TOPIC, self.progress.handle)
+
+    def describe(self) -> str:
+        workers = self._workers()
+        where = "local cluster" if self.local else "cluster"
+        return (f"dask: {where} at {self.client.scheduler.address} ({len(workers)} workers), "
+                f"dashboard {self.client.dashboard_link}")
+
+    def tell_workers_to_stop(self, signum: int) -> None:
+        self.client.run(request_stop, signum)
+
+    def stop(self) -> Interrupted | None:
+        """The stop to report: a worker's, with its set's counts summed over all parts."""
+        stop = first_interruption()
+        if stop is not None and stop.done is not None:
+            return self.progress.kept(stop)
+        return stop or self.progress.in_flight()
+
+    def settle(self, seconds: float = 5.0) -> None:
+        """After a stop: wait (a few seconds at most) for every running loop's last counts."""
+        deadline = time.monotonic() + seconds
+        while not self.progress.settled() and time.monotonic() < deadline and not self._gone():
+            time.sleep(0.1)
+
+    def wait(self, future) -> None:
+        """Until `future` (a Prefect future of a Dask task) is done, in steps: a stop gives up
+        once every loop has stopped, a worker is gone, or `_stop_wait()` seconds have passed."""
+        dask_future = getattr(future, "wrapped_future", None)
+        if dask_future is None:
+            return
+        while not dask_future.done():
+            time.sleep(0.2)
+            if not stop_requested():
+                continue
+            if self.stopped_at is None:
+                self.stopped_at = time.monotonic()
+                self.workers_at_stop = self._workers()
+            if self._gone() or time.monotonic() - self.stopped_at > _stop_wait():
+                raise self.stop() or Interrupted.before("the rest of the run")
+
+    def _workers(self) -> set[str]:
+        try:
+            return set(self.client.nthreads())
+        except Exception:  # noqa: BLE001  (a scheduler gone has no workers)
+            return set()
+
+    def _gone(self) -> bool:
+        """A worker that was running when the stop came has left (its futures will not finish)."""
+        return bool(self.workers_at_stop - self._workers()) if self.workers_at_stop else not self._workers()
+
+
+_current: list[DaskSession] = []
+
+
+def attach(runner, emit: Callable[[str], None], debug: bool = False) -> DaskSession:
+    session = DaskSession(runner, emit, debug)
+    _current[:] = [session]
+    log.info(session.describe())
+    interrupts.pass_stop_on(session.tell_workers_to_stop)
+    interrupts.describe_stop_with(session.stop)
+    return session
+
+
+def detach(session: DaskSession) -> None:
+    """The run is over: its stop and progress are no longer this session's business."""
+    interrupts.forget(session.tell_workers_to_stop, session.stop)
+    try:
+        session.client.unsubscribe_topic(TOPIC)
+    except Exception:  # noqa: BLE001  (a client closed already has nothing to unsubscribe)
+        pass
+    if session in _current:
+        _current.remove(session)
+
+
+def current() -> DaskSession | None:
+    return _current[0] if _current else None

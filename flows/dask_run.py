@@ -11,8 +11,8 @@ from typing import Callable
 
 from retbench.flows import interrupts
 from retbench.flows.dask_progress import DaskProgress
-from retbench.tasks.progress import Interrupted, first_interruption, request_stop, stop_requested
-from retbench.tasks.worker_events import TOPIC, RetbenchWorker
+from retbench.tasks.progress import Interrupted, first_interruption, stop_requested
+from retbench.tasks.worker_events import TOPIC, RetbenchWorker, stop_worker
 
 log = logging.getLogger("retbench")
 # Dask's loggers and prefect-dask's: their start-up and shutdown lines (scheduler, nanny,
@@ -45,6 +45,7 @@ class DaskSession:
         self.runner, self.client = runner, runner.client  # starts a local cluster here, if one is to be
         self.local = getattr(runner, "address", None) is None
         self.progress = DaskProgress(emit)
+        self.quiet = not debug
         self.workers_at_stop: set[str] | None = None
         self.stopped_at: float | None = None
         self.client.register_plugin(RetbenchWorker(ignore_sigint=self.local, quiet=not debug), name="retbench")
@@ -57,7 +58,9 @@ class DaskSession:
                 f"dashboard {self.client.dashboard_link}")
 
     def tell_workers_to_stop(self, signum: int) -> None:
-        self.client.run(request_stop, signum)
+        self.client.run(stop_worker, signum, self.quiet)
+        if self.quiet:  # the cluster's close after a stop warns of busy workers it had to kill
+            logging.getLogger("distributed").setLevel(logging.ERROR)
 
     def stop(self) -> Interrupted | None:
         """The stop to report: a worker's, with its set's counts summed over all parts."""
@@ -73,8 +76,11 @@ class DaskSession:
             time.sleep(0.1)
 
     def wait(self, future) -> None:
-        """Until `future` (a Prefect future of a Dask task) is done, in steps: a stop gives up
-        once every loop has stopped, a worker is gone, or `_stop_wait()` seconds have passed."""
+        """Until `future` (a Prefect future of a Dask task) is done, in steps. After a stop it
+        gives up as soon as every loop that was counting has kept its batch in flight and
+        stopped: the stage calls still queued would only start to refuse, one task run each
+        (seconds on a busy machine), and closing the cluster ends them. It also gives up when a
+        worker is gone (its futures may never finish) or after `_stop_wait()` seconds."""
         dask_future = getattr(future, "wrapped_future", None)
         if dask_future is None:
             return
@@ -85,7 +91,9 @@ class DaskSession:
             if self.stopped_at is None:
                 self.stopped_at = time.monotonic()
                 self.workers_at_stop = self._workers()
-            if self._gone() or time.monotonic() - self.stopped_at > _stop_wait():
+            waited = time.monotonic() - self.stopped_at
+            # A second's grace: the workers' last counts are on their way when the stop comes.
+            if (waited >= 1.0 and self.progress.settled()) or self._gone() or waited > _stop_wait():
                 raise self.stop() or Interrupted.before("the rest of the run")
 
     def _workers(self) -> set[str]:

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 
-from retbench.tasks.progress import Progress, clear_stop, observe
+from retbench.tasks.progress import Progress, clear_stop, observe, request_stop
 
 TOPIC = "retbench-progress"
 _EVERY = 0.5  # seconds between two count events of one loop: the main process prints every 10 s
@@ -57,6 +57,15 @@ def send_plan(what: str, total: int, line: str) -> bool:
         return False
     worker.log_event(TOPIC, {"kind": "plan", "what": what, "total": total, "line": line})
     return True
+
+
+def stop_worker(signum: int | None, quiet: bool = True) -> None:
+    """The run was asked to stop (`Client.run` calls this on each worker): its loops stop after
+    their batch in flight, its queued stage calls refuse to start. `quiet`: the warnings of a
+    worker closed while busy stay out of the log (--debug shows them)."""
+    request_stop(signum)
+    if quiet:
+        logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 try:

@@ -23,6 +23,7 @@ class _Loop:
 class _Set:
     shown: Progress
     planned: int | None = None  # the plan's total: fixed at the start, whatever the parts report
+    kept: int = 0  # of the plan's total, kept by a stopped run (journals) before any part started
     loops: dict[str, _Loop] = field(default_factory=dict)
     finished: bool = False
 
@@ -41,7 +42,8 @@ class DaskProgress:
         with self._lock:
             if message.get("kind") == "plan":
                 self.emit(message["line"])
-                self._set(message["what"], message.get("unit", "texts"), message.get("keeps", True)).planned = message["total"]
+                one = self._set(message["what"], message.get("unit", "texts"), message.get("keeps", True))
+                one.planned, one.kept = message["total"], message.get("kept", 0)
             elif message.get("kind") == "counts":
                 self._count(message)
 
@@ -54,12 +56,21 @@ class DaskProgress:
         one = self._set(message["what"], message["unit"], message["keeps"])
         one.loops[message["id"]] = _Loop(message["done"], message["before"], message["total"], message["state"])
         shown = one.shown
-        total = max(one.planned or 0, sum(loop.total for loop in one.loops.values()))
+        # The plan's total when it is known: fixed at the start, as the plain runner's
+        # (without it, as a loop outside the embed parts counts: the loops' own totals).
+        total = one.planned if one.planned is not None else sum(loop.total for loop in one.loops.values())
         # A part retried on another worker counts its kept rows again: the sum is capped at the
         # total and never shown going down.
         shown.total = max(shown.total, total)
-        shown.done = max(shown.done, min(shown.total, sum(loop.done for loop in one.loops.values())))
-        shown.before = min(shown.done, sum(loop.before for loop in one.loops.values()))
+        loops = one.loops.values()
+        if one.planned is not None:
+            # What the plan found kept, plus each loop's new work: a part that has not started
+            # yet still has its journal's texts counted, as the plain runner's one loop has.
+            done, before = one.kept + sum(loop.done - loop.before for loop in loops), one.kept
+        else:
+            done, before = sum(loop.done for loop in loops), sum(loop.before for loop in loops)
+        shown.done = max(shown.done, min(shown.total, done))
+        shown.before = min(shown.done, before)
         if all(loop.state == "finished" for loop in one.loops.values()) and shown.done >= shown.total:
             if not one.finished:
                 one.finished = True
@@ -67,14 +78,12 @@ class DaskProgress:
         else:
             shown.show()
 
-    def kept(self, stop: Interrupted) -> Interrupted:
-        """`stop` (one part's, as a worker raised it) with the counts of all parts of its set."""
+    def stopped(self) -> list[Interrupted]:
+        """A stop per set one of whose loops a stop ended, with the counts of all its parts."""
         with self._lock:
-            one = self.sets.get(stop.what)
-            if one is None or stop.done is None:
-                return stop
-            shown = one.shown
-            return Interrupted(stop.what, shown.done, shown.total, shown.unit, stop.signum or stop_signal(), stop.keeps)
+            return [Interrupted(one.shown.what, one.shown.done, one.shown.total, one.shown.unit, stop_signal(),
+                                one.shown.keeps)
+                    for one in self.sets.values() if any(loop.state == "stopped" for loop in one.loops.values())]
 
     def in_flight(self) -> Interrupted | None:
         """What a second Ctrl-C reports: the set that counted last and is not finished."""

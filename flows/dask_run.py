@@ -63,11 +63,13 @@ class DaskSession:
             logging.getLogger("distributed").setLevel(logging.ERROR)
 
     def stop(self) -> Interrupted | None:
-        """The stop to report: a worker's, with its set's counts summed over all parts."""
-        stop = first_interruption()
-        if stop is not None and stop.done is not None:
-            return self.progress.kept(stop)
-        return stop or self.progress.in_flight()
+        """The stop to report: the workers' loops stop together (a set's parts, and maybe a
+        small set beside it, its last batch just kept), so the set with the most texts still to
+        embed, its counts summed over all its parts."""
+        counted = self.progress.stopped()
+        if counted:
+            return max(counted, key=lambda stop: stop.total - stop.done)
+        return first_interruption() or self.progress.in_flight()
 
     def settle(self, seconds: float = 5.0) -> None:
         """After a stop: wait (a few seconds at most) for every running loop's last counts."""

@@ -64,7 +64,7 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
 
         line = f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)"
         # On a Dask worker the line goes to the run's main process, with the total its parts sum to.
-        if not send_plan(embed_what(plan.provider, role), plan.missing, line):
+        if not send_plan(embed_what(plan.provider, role), plan.missing, line, kept=plan.journaled):
             log.info(line)
     return plan
 

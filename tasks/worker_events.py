@@ -49,13 +49,14 @@ def send_counts(progress: Progress, state: str) -> None:
                              "keeps": progress.keeps, "state": state})
 
 
-def send_plan(what: str, total: int, line: str) -> bool:
-    """The plan of a set embedded in parts: `total` units for `what` over all its parts, and the
-    plan line to print. False when not on a Dask worker (the caller logs the line itself)."""
+def send_plan(what: str, total: int, line: str, kept: int = 0) -> bool:
+    """The plan of a set embedded in parts: `total` units for `what` over all its parts, `kept`
+    of them already (a stopped run's journals), and the plan line to print. False when not on a
+    Dask worker (the caller logs the line itself)."""
     worker = _worker()
     if worker is None:
         return False
-    worker.log_event(TOPIC, {"kind": "plan", "what": what, "total": total, "line": line})
+    worker.log_event(TOPIC, {"kind": "plan", "what": what, "total": total, "kept": kept, "line": line})
     return True
 
 

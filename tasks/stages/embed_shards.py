@@ -57,6 +57,7 @@ class EmbedPlan:
     cached_tokens: int
     cached_token_source: str
     started: float  # time.time() when planned: the set's seconds span plan to finish
+    journaled: int = 0  # of `missing`, texts a stopped run kept in the journals of the parts claimed
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,9 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
         missing_count = len(missing)
         if missing:
             need_work(f"embed {missing_count} {role} texts with {provider_name}")
-        parts = _claim_pending(directory, store, missing, live) + _write_parts(directory, missing, shards_, batch_size)
+        wanted = set(missing)
+        claimed = _claim_pending(directory, store, missing, live)
+        parts = claimed + _write_parts(directory, missing, shards_, batch_size)
         set_table = pa.table({"id": pa.array(list(ids), pa.string()), "key": pa.array(keys, pa.string())})
         build_once(store, set_path, lambda tmp: pq.write_table(set_table, tmp, compression="zstd"),
                    parse=parquet_readable, lock=False)
@@ -102,7 +105,18 @@ def plan_embedding(provider: Provider, provider_name: str, ids: Sequence[str], t
     return EmbedPlan(provider=provider_name, role=role, store=str(store), cache_dir=str(directory),
                      set_path=str(set_path), set_key=set_key, count=len(keys),
                      missing=missing_count, repeated=len(keys) - missing_count - len(cached_texts), parts=tuple(str(p) for p in parts), dim=dim, force=force,
-                     cached_tokens=cached_tokens, cached_token_source=cached_source, started=started)
+                     cached_tokens=cached_tokens, cached_token_source=cached_source, started=started,
+                     journaled=_journaled(claimed, wanted))
+
+
+def _journaled(parts: list[Path], wanted: set[str]) -> int:
+    """Texts of `wanted` already in the journals of `parts` (a stopped run kept them): what a
+    resumed set has kept before any of its parts starts, for the progress summed over parts."""
+    keys: set[str] = set()
+    for path in parts:
+        for batch in shards.journal_batches(path):
+            keys.update(key for key in batch.column("key").to_pylist() if key in wanted)
+    return len(keys)
 
 
 def _claim_pending(directory: Path, store: Path, missing: dict[str, str], live) -> list[Path]:

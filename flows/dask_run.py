@@ -12,7 +12,8 @@ from typing import Callable
 from retbench.flows import interrupts
 from retbench.flows.dask_progress import DaskProgress
 from retbench.tasks.progress import Interrupted, first_interruption, stop_requested
-from retbench.tasks.worker_events import TOPIC, RetbenchWorker, stop_worker
+from retbench.tasks.worker_events import TOPIC, stop_worker
+from retbench.tasks.worker_plugin import RetbenchWorker
 
 log = logging.getLogger("retbench")
 # Dask's loggers and prefect-dask's: their start-up and shutdown lines (scheduler, nanny,

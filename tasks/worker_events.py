@@ -2,18 +2,16 @@
 counts of its loops and the plan lines, as events on one topic that flows/dask_progress.py sums.
 
 A worker's own `retbench` logger stays at WARNING, so without these a `--dask` run would show no
-plan line and no progress. `RetbenchWorker` is the worker plug-in the run registers: it starts
-the reporting, forgets a previous run's stop request and, on a local cluster, leaves Ctrl-C to
-the main process (the terminal sends SIGINT to the whole process group).
+plan line and no progress. The worker plug-in that starts the reporting is tasks/worker_plugin.py.
 """
 from __future__ import annotations
 
 import logging
-import signal
+import sys
 import threading
 import time
 
-from retbench.tasks.progress import Progress, clear_stop, observe, request_stop
+from retbench.tasks.progress import Progress, request_stop
 
 TOPIC = "retbench-progress"
 _EVERY = 0.5  # seconds between two count events of one loop: the main process prints every 10 s
@@ -23,11 +21,13 @@ _guard = threading.Lock()
 
 def _worker():
     """This process's Dask worker, or None (the plain runner, the main process)."""
-    try:
-        from distributed import get_worker
+    if "distributed" not in sys.modules:  # a worker has it loaded; a plain run need not pay for it
+        return None
+    from distributed import get_worker
 
+    try:
         return get_worker()
-    except (ImportError, ValueError):
+    except ValueError:
         return None
 
 
@@ -67,32 +67,3 @@ def stop_worker(signum: int | None, quiet: bool = True) -> None:
     request_stop(signum)
     if quiet:
         logging.getLogger("distributed").setLevel(logging.ERROR)
-
-
-try:
-    from distributed.diagnostics.plugin import WorkerPlugin
-except ImportError:  # the 'dask' extra is not installed: nothing registers the plug-in then
-    WorkerPlugin = object
-
-
-class RetbenchWorker(WorkerPlugin):
-    """Set up each worker of a `--dask` run, those that join later too (a restarted one)."""
-
-    name = "retbench"
-
-    def __init__(self, ignore_sigint: bool, quiet: bool = True):
-        self.ignore_sigint, self.quiet = ignore_sigint, quiet
-
-    def setup(self, worker) -> None:
-        observe(send_counts)
-        clear_stop()  # a stop asked of an earlier run on this worker is not this run's
-        if self.quiet:  # Dask's own INFO lines (connections, plug-ins): shown with --debug only
-            logging.getLogger("distributed").setLevel(logging.WARNING)
-        if self.ignore_sigint:
-            # A local cluster's workers are in the terminal's process group: Ctrl-C reaches them
-            # too, and a worker dying of it lost its batch and left the main process waiting.
-            # The main process decides, and asks the workers to stop after their batch.
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-            except ValueError:  # not the worker's main thread: nothing to change from here
-                pass

@@ -23,7 +23,7 @@ from retbench.flows import interrupts
 from retbench.flows.interrupts import refusing_after_stop
 from retbench.tasks.config.spec import load_spec, load_spec_data, slug
 from retbench.tasks.pipeline import RegressionError, Selection, run_pipeline  # noqa: F401  (RegressionError: part of the flow's API)
-from retbench.tasks.progress import Interrupted, first_interruption
+from retbench.tasks.progress import Interrupted
 from retbench.tasks.reporting.publish import Published, regressions_markdown, verdict_markdown
 
 
@@ -32,11 +32,13 @@ class StageFuture:
     `result()` then says only "UnfinishedRun"; this one raises the failed input's own error
     (an HTTP 401 in one embedding part, say), which the command line reports in one line."""
 
-    def __init__(self, future, upstream: list["StageFuture"]):
-        self.future, self.upstream = future, upstream
+    def __init__(self, future, upstream: list["StageFuture"], wait=None):
+        self.future, self.upstream, self.wait = future, upstream, wait
 
     def result(self):
         try:
+            if self.wait is not None:
+                self.wait(self.future)  # on Dask: in steps, giving up when a stopped run's worker is gone
             return self.future.result()
         except UnfinishedRun:
             for parent in self.upstream:
@@ -61,8 +63,9 @@ class PrefectRunner:
 
     orchestrator = "prefect"
 
-    def __init__(self):
+    def __init__(self, wait=None):
         self._tasks: dict = {}
+        self.wait = wait  # wait(future) before its result (flows/dask_run.py), or None
 
     @property
     def default_shards(self) -> int:
@@ -82,7 +85,7 @@ class PrefectRunner:
         upstream: list[StageFuture] = []
         args, kwargs = _unwrap(args, upstream), _unwrap(kwargs, upstream)
         future = self._tasks[key].with_options(task_run_name=label or stage).submit(*args, **kwargs)
-        return StageFuture(future, upstream)
+        return StageFuture(future, upstream, self.wait)
 
 
 def publish_artifacts(spec):
@@ -99,16 +102,20 @@ def publish_artifacts(spec):
     return publish
 
 
-def _pass_stop_to_dask_workers() -> None:
-    """On Dask the stage calls run in the workers' processes: a stop request is sent to each."""
+def _attach_dask():
+    """On Dask the stage calls run in the workers' processes: their progress is summed here and a
+    stop request is sent to each (flows/dask_run.py). None on the default runner."""
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
     runner = context.task_runner if context else None
-    if runner is not None and type(runner).__name__ == "DaskTaskRunner":
-        from retbench.tasks.progress import request_stop
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    from prefect import get_run_logger
 
-        interrupts.pass_stop_on(lambda signum: runner.client.run(request_stop, signum))
+    from retbench.flows import dask_run
+
+    return dask_run.attach(runner, emit=get_run_logger().info)
 
 
 # One stage call at a time: the local models already use every core, and two at once would
@@ -128,7 +135,7 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
     # and in a deployment's flow-run process, not in a Python caller's process (a test's).
     if interrupts.armed() or deployment.id is not None:
         interrupts.install()
-        _pass_stop_to_dask_workers()
+    dask = _attach_dask()
     if deployment.id is not None:
         interrupts.quiet_stops()
     if spec_data is not None:
@@ -137,27 +144,39 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
         spec = load_spec(spec_path, output_dir=output_dir, store_dir=store_dir)
     selection = Selection(stage=stage, providers=tuple(providers or ()), force=force, remeasure=remeasure)
     try:
-        result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(),
+        result = run_pipeline(spec, selection, spec_path=spec_path, runner=PrefectRunner(dask.wait if dask else None),
                               run_id=str(flow_run.id or uuid.uuid4()), on_published=publish_artifacts(spec))
     except Interrupted as stop:
-        stop = first_interruption() or stop
+        if dask is not None:
+            dask.settle()  # the other parts' last counts, so the line sums every part's kept texts
+        stop = interrupts.current_stop() or stop
         if deployment.id is None:
             raise stop from None  # `retbench run` prints it as its one line, exit 130/143
         # A deployment's run cancelled from Prefect (its worker sent SIGTERM): a Cancelled run
         # that says what was kept, rather than a failure with a traceback.
         return Cancelled(message=f"retbench: {stop}")
+    finally:
+        if dask is not None:
+            from retbench.flows.dask_run import detach
+
+            detach(dask)
     return result.output_dir
 
 
-def with_task_runner(dask: str | None):
+def with_task_runner(dask: str | None, debug: bool = False):
     """The benchmark flow on the default runner, or on Dask: "local" starts a local
-    cluster (one process per core), anything else is a scheduler address."""
+    cluster (one process per core), anything else is a scheduler address. Dask's own INFO
+    lines are left out of the run's log unless `debug`."""
     if not dask:
         return benchmark
     from retbench.tasks.extras import require
 
     require("dask")
     from prefect_dask import DaskTaskRunner
+
+    from retbench.flows.dask_run import quiet_dask
+
+    quiet_dask(debug)
 
     if dask == "local":
         runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})

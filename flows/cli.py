@@ -180,7 +180,7 @@ def _run(args) -> int:
                 stage=args.stage, providers=tuple(args.providers or ()), force=args.force))
             api.wait_until_ready()
         with _without_heartbeats(api is not None):
-            with_task_runner(args.dask)(
+            with_task_runner(args.dask, debug=args.debug)(
                 str(args.spec), output_dir=output_dir, store_dir=store_dir,
                 stage=args.stage, providers=args.providers, force=args.force, remeasure=args.remeasure,
             )

@@ -21,7 +21,7 @@ import signal
 import threading
 from typing import Callable
 
-from retbench.tasks.progress import Interrupted, request_stop, stop_requested
+from retbench.tasks.progress import Interrupted, first_interruption, in_flight, request_stop, stop_requested
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _armed = threading.Event()
@@ -29,6 +29,7 @@ _before_flow = threading.Event()
 _children: list[Callable[[], None]] = []  # each ends one child process at once (a second signal)
 _received: list[int] = []
 _passed_on: list[Callable[[int], None]] = []  # pass a stop request to other processes (Dask workers)
+_describers: list[Callable[[], "Interrupted | None"]] = []  # the stop as seen from elsewhere (Dask: summed over parts)
 
 
 def exit_code(signum: int | None) -> int:
@@ -45,6 +46,36 @@ def end_with_process(kill: Callable[[], None]) -> None:
 def pass_stop_on(tell: Callable[[int], None]) -> None:
     """`tell(signum)` asks other processes running this run's stage calls to stop too."""
     _passed_on.append(tell)
+
+
+def describe_stop_with(describe: Callable[[], "Interrupted | None"]) -> None:
+    """`describe()` gives the stop to report in place of this process's own (a Dask run's, with
+    the kept counts of every part); the latest registered wins."""
+    _describers[:] = [describe]
+
+
+def forget(tell: Callable[[int], None], describe: Callable[[], "Interrupted | None"]) -> None:
+    """Undo `pass_stop_on(tell)` and `describe_stop_with(describe)` (their run is over)."""
+    for registered, item in ((_passed_on, tell), (_describers, describe)):
+        while item in registered:
+            registered.remove(item)
+
+
+def current_stop() -> "Interrupted | None":
+    """The stop this run reports in its one line: a describer's, else the loop of this process
+    that was stopped in flight (or the first stage that refused to start), else the loop that
+    was running when a second signal came."""
+    for describe in _describers:
+        try:
+            stop = describe()
+        except Exception:  # noqa: BLE001  (the process's own account is still right, if less complete)
+            stop = None
+        if stop is not None:
+            return stop
+    stop = first_interruption()
+    if stop is None and (loop := in_flight()) is not None:
+        stop = Interrupted(loop.what, loop.done, loop.total, loop.unit, None, loop.keeps)
+    return stop
 
 
 def _tell_the_others(signum: int) -> None:
@@ -69,6 +100,11 @@ def received(signum: int) -> None:
             kill()
         except Exception:  # noqa: BLE001  (ending the process matters more)
             pass
+    stop = current_stop()
+    try:  # the same one line as a first signal's stop gives, then out
+        os.write(2, f"retbench: {stop or Interrupted.before('the rest of the run')}\n".encode())
+    except OSError:
+        pass
     os._exit(exit_code(signum))
 
 

@@ -10,11 +10,17 @@ import logging
 import os
 import threading
 import time
+import uuid
 from typing import Callable
 
 _stop = threading.Event()
 _stop_signal: list[int] = []
 _raised: list["Interrupted"] = []  # every stop raised in this process, in order (first_interruption)
+# Told of every count a loop makes (`observer(progress, state)`, state "advance", "stopped" or
+# "finished"): a Dask worker passes its loops' counts to the run's main process this way
+# (tasks/worker_events.py), which prints one summed progress line per set.
+_observers: list[Callable[["Progress", str], None]] = []
+_in_flight: list["Progress"] = []  # loops that counted and have not finished, oldest first
 
 
 class Interrupted(Exception):
@@ -71,6 +77,18 @@ def clear_stop() -> None:
     _stop.clear()
     _stop_signal.clear()
     _raised.clear()
+    _in_flight.clear()
+
+
+def observe(observer: Callable[["Progress", str], None]) -> None:
+    """Call `observer(progress, state)` on every count of every loop in this process (once per observer)."""
+    if observer not in _observers:
+        _observers.append(observer)
+
+
+def in_flight() -> "Progress | None":
+    """The loop that counted last and has not finished (what a second Ctrl-C reports as kept)."""
+    return _in_flight[-1] if _in_flight else None
 
 
 def _default_every() -> float:
@@ -103,6 +121,19 @@ class Progress:
         self.done = self.before = 0  # before: units a stopped run already kept (no part of the rate)
         self.started = self.last = clock()
         self.lines = 0
+        self.id = uuid.uuid4().hex  # tells this loop's counts from another's when a process sums them
+
+    def _tell(self, state: str) -> None:
+        if state == "advance":
+            if self not in _in_flight:
+                _in_flight.append(self)
+        elif self in _in_flight:
+            _in_flight.remove(self)
+        for observer in list(_observers):
+            try:
+                observer(self, state)
+            except Exception:  # noqa: BLE001  (progress shown elsewhere never stops the work)
+                pass
 
     def already(self, count: int) -> None:
         """`count` units were done before this loop began (by a run that was stopped)."""
@@ -125,19 +156,26 @@ class Progress:
 
     def check_stop(self) -> None:
         if _stop.is_set():
+            self._tell("stopped")
             raise Interrupted(self.what, self.done, self.total, self.unit, stop_signal(), self.keeps)
 
     def advance(self, count: int = 1) -> None:
         """Record `count` more units done (after they are safely kept), maybe log, then stop if asked."""
         self.done += count
+        self._tell("advance")
+        self.show()
+        self.check_stop()
+
+    def show(self) -> None:
+        """A line if `every` seconds passed since the last one and the work is not done."""
         now = self.clock()
         if now - self.last >= self.every and self.done < self.total:
             self.last = now
             self.lines += 1
             self.emit(self.line())
-        self.check_stop()
 
     def finish(self) -> None:
         """The closing line, only when progress was shown (short loops stay silent)."""
+        self._tell("finished")
         if self.lines:
             self.emit(self.line())

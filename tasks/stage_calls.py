@@ -58,11 +58,16 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
     # A provider of vectors made elsewhere is handed ids, and its cache is keyed by them.
     plan = plan_embedding(built, set_label or provider.name, ids, ids if built.keyed_by_id else texts["text"].to_list(),
                           role, Path(store), provider.shards, provider.batch_size, force=force)
-    if plan.missing and plan.kept:
-        log.info(f"{plan.provider} {role} texts: {plan.missing - plan.kept} of {plan.missing} to embed, "
-                 f"{plan.kept} kept by a stopped run, in {len(plan.parts)} part(s)")
-    elif plan.missing:
-        log.info(f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
+    if plan.missing:
+        from retbench.tasks.stages.embed import embed_what
+        from retbench.tasks.worker_events import send_plan
+
+        line = (f"{plan.provider} {role} texts: {plan.missing - plan.kept} of {plan.missing} to embed, "
+                f"{plan.kept} kept by a stopped run, in {len(plan.parts)} part(s)" if plan.kept else
+                f"{plan.provider} {role} texts: {plan.missing} to embed in {len(plan.parts)} part(s)")
+        # On a Dask worker the line goes to the run's main process, with the total its parts sum to.
+        if not send_plan(embed_what(plan.provider, role), plan.missing, line, kept=plan.kept):
+            log.info(line)
     return plan
 
 

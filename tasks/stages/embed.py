@@ -251,8 +251,13 @@ def _embed_missing(provider, role, missing, directory, batch_size, progress, pro
 def embed_progress(provider_name: str, role: str, total: int, emit: Callable[[str], None] | None) -> Progress:
     """Progress of embedding `total` texts ("embed minilm documents: 1,216/3,000 texts ..."); it is
     also where a stop request ends the loop, so it runs even when nobody reads the lines."""
+    return Progress(embed_what(provider_name, role), total, "texts", emit=emit or (lambda line: None))
+
+
+def embed_what(provider_name: str, role: str) -> str:
+    """What embedding one set is called in progress and stop lines ("embed minilm documents")."""
     kind = {"document": "documents", "query": "queries"}.get(role, f"{role} texts")
-    return Progress(f"embed {provider_name} {kind}", total, "texts", emit=emit or (lambda line: None))
+    return f"embed {provider_name} {kind}"
 
 
 def _batches(provider: Provider, role, items, batch_size):

@@ -61,3 +61,30 @@ def test_the_tracebacks_of_a_stop_are_dropped_and_other_failures_kept():
     assert not quiet.filter(record(Interrupted("embed minilm documents", 8, 400, "texts", signal.SIGTERM)))
     assert not quiet.filter(record(RuntimeError("retbench: interrupted during embed minilm documents: ...")))
     assert quiet.filter(record(RuntimeError("index file is damaged")))
+
+
+def test_a_second_signal_prints_the_stop_line_of_the_loop_in_flight_before_ending(monkeypatch):
+    from retbench.tasks.progress import Progress
+
+    written = []
+    monkeypatch.setattr(interrupts.os, "write", lambda fd, data: written.append((fd, data.decode())))
+    monkeypatch.setattr(interrupts.os, "_exit", lambda code: (_ for _ in ()).throw(Exited(code)))
+    monkeypatch.setattr(interrupts, "_describers", [])
+    loop = Progress("embed minilm documents", 3000, emit=lambda line: None)
+    loop.done = 376  # kept so far; the next advance would stop it
+    loop.advance(8)
+    interrupts.received(signal.SIGINT)
+    with pytest.raises(Exited) as exited:
+        interrupts.received(signal.SIGINT)
+    assert exited.value.args == (130,)
+    assert written == [(2, "retbench: interrupted during embed minilm documents: 384 of 3,000 texts kept; rerun to continue\n")]
+
+
+def test_a_dask_runs_describer_gives_the_stop_line_summed_over_parts(monkeypatch):
+    summed = Interrupted("embed minilm documents", 256, 357, "texts", signal.SIGINT)
+    monkeypatch.setattr(interrupts, "_describers", [])
+    interrupts.describe_stop_with(lambda: summed)
+    Interrupted("embed minilm documents", 128, 357, "texts", signal.SIGINT)  # one part's, as a worker raised it
+    assert interrupts.current_stop() is summed
+    interrupts.forget(lambda signum: None, interrupts._describers[0])
+    assert str(interrupts.current_stop()) == "interrupted during embed minilm documents: 128 of 357 texts kept; rerun to continue"

@@ -16,7 +16,9 @@ from pathlib import Path
 from tests.pipeline.test_cli_errors import retbench
 
 DOCS = 600  # 75 batches of 8 at 0.3 s: about 11 s of embedding on 2 workers, more on a busy machine
-PROGRESS = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) .*embed slow documents: ([\d,]+)/([\d,]+) texts \(\d+%\)", re.M)
+# A resumed set says what is left, with what a stopped run kept apart: "353/473 texts (75%; 56 more already kept)".
+PROGRESS = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) .*embed slow documents: ([\d,]+)/([\d,]+) texts \(\d+%"
+                      r"(?:; ([\d,]+) more already kept)?\)", re.M)
 PLAN = f"slow document texts: {DOCS} to embed in 8 part(s)"
 SLOW_MODEL = '''
 import hashlib
@@ -75,11 +77,14 @@ def start(base: Path, spec: Path, name: str, *extra: str, env: dict | None = Non
 
 
 def progress_lines(text: str) -> list[tuple[float, int, int]]:
-    """(seconds of the day, done, total) of each documents progress line."""
+    """(seconds of the day, done, total) of each documents progress line, what was kept before
+    included in both."""
     def seconds(stamp: str) -> float:
         moment = datetime.strptime(stamp, "%H:%M:%S.%f")
         return moment.hour * 3600 + moment.minute * 60 + moment.second + moment.microsecond / 1e6
-    return [(seconds(m[1]), int(m[2].replace(",", "")), int(m[3].replace(",", ""))) for m in PROGRESS.finditer(text)]
+    def number(group: str | None) -> int:
+        return int(group.replace(",", "")) if group else 0
+    return [(seconds(m[1]), number(m[2]) + number(m[4]), number(m[3]) + number(m[4])) for m in PROGRESS.finditer(text)]
 
 
 def plan_time(text: str) -> float:
@@ -132,6 +137,10 @@ def test_a_run_on_a_scheduler_address_shows_the_workers_progress(tmp_path):
         processes += [subprocess.Popen([str(dask), "worker", "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1",
                                         "--nthreads", "1", "--no-dashboard"], env=env, cwd=tmp_path,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        from distributed import Client
+
+        with Client(address, timeout=300) as client:  # both workers joined, so the cluster line counts 2
+            client.wait_for_workers(2, timeout=300)
         run, output = start(tmp_path, spec, "address", address, env={"RETBENCH_PROGRESS_EVERY": "0"})
         assert run.wait(timeout=900) == 0, output.read_text()[-3000:]
         text = output.read_text()

@@ -131,6 +131,8 @@ def test_page_runs_only_its_own_script_and_holds_data_in_one_json_block():
     assert page.count("<script") == 2 and page.count("</script>") == 2
     assert "alert(1)" in page and "<script>alert(1)" not in page
     assert "script-src 'sha256-" in page and "'unsafe-inline'" not in page and "default-src 'none'" in page
+    # Nothing to fetch: no URL and no src or href but the download link's placeholder.
+    assert "://" not in page and "src=" not in page and page.count("href=") == 1
 
 
 # --- the command, on a hand-made output folder ------------------------------------------------------

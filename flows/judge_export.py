@@ -63,6 +63,11 @@ def _export(args) -> int:
         raise FileNotFoundError(f"{runs_path}: missing; expected the runs table of a finished run (retbench run writes "
                                 "it at its score stage)")
     dataset = load_saved_dataset(_recorded_path(manifest, output_dir, ("dataset", "path"), "the saved dataset folder"))
+    found = pl.read_parquet_schema(runs_path)
+    missing = [c for c in ("query_id", "provider", "index", "nprobe", "doc_id", "chunk_id", "score") if c not in found]
+    if missing:
+        raise ValueError(f"{runs_path}: missing columns {missing} (found {list(found)}); expected the runs table "
+                         "of a finished run")
     runs = pl.scan_parquet(runs_path).with_columns(setting=label_expr())
     run_queries = runs.select(pl.col("query_id").unique()).collect()["query_id"]
     splits = dataset.queries.filter(pl.col("query_id").is_in(run_queries.implode()))

@@ -183,6 +183,9 @@ def test_export_refusals_and_nothing_to_judge(tmp_path, capsys):
     assert capsys.readouterr().err == (f"retbench: {out / 'manifest.json'}: missing; expected the manifest of a finished "
                                        f"run (is {out} a run's output folder?)\n")
     (out / "moved.json").rename(out / "manifest.json")
+    pl.read_parquet(out / "runs.parquet").drop("chunk_id").write_parquet(out / "runs.parquet")
+    assert _cli(["judge", "export", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"retbench: {out / 'runs.parquet'}: missing columns ['chunk_id'] (found")
     (out / "runs.parquet").unlink()
     assert _cli(["judge", "export", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"retbench: {out / 'runs.parquet'}: missing; expected the runs table")

@@ -201,15 +201,23 @@ def cli_help() -> str:
     try:
         parser = build_parser()
         parts = ["### The full `--help` of each command", "", "```", parser.format_help().rstrip(), "```", ""]
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        for name, sub in commands.choices.items():
-            parts += [f"#### `retbench {name} --help`", "", "```", sub.format_help().rstrip(), "```", ""]
+        for name, sub in _subcommands(parser, "retbench"):
+            parts += [f"#### `{name} --help`", "", "```", sub.format_help().rstrip(), "```", ""]
     finally:
         if previous is None:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = previous
     return "\n".join(parts)
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str):
+    """(`retbench judge export`, its parser) for every command and every command of a group, in order."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{prefix} {name}", sub
+                yield from _subcommands(sub, f"{prefix} {name}")
 
 
 GENERATORS = {"spec-keys": spec_keys, "cli": cli_help}

@@ -53,12 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
-    from retbench.flows import check_command, eval_command, hard_negatives_command, init_command, plugins_command
+    from retbench.flows import (check_command, eval_command, hard_negatives_command, init_command, judge_command,
+                                plugins_command)
 
     init_command.add_parser(commands)
     check_command.add_parser(commands)
     eval_command.add_parser(commands)
     hard_negatives_command.add_parser(commands)
+    judge_command.add_parser(commands)
     plugins_command.add_parser(commands)
     return parser
 

@@ -220,3 +220,16 @@ def test_after_an_expected_failure_prefects_echoes_and_cancelled_siblings_are_dr
     assert not quiet.filter(record(crash))  # the sibling the runner cancelled because of it
     assert not quiet.filter(record("Finished in state Failed('Task run encountered an exception')"))
     assert quiet.filter(record("Crash detected! Execution was interrupted by an unexpected exception: MemoryError"))
+
+
+def test_judge_export_refusals_are_one_line(tmp_path, prefect_home):
+    """Through the installed entry point: a folder that is not a run's output names the file it
+    lacks, --depth 0 is refused; both before anything is written."""
+    (tmp_path / "not-a-run").mkdir()
+    done = retbench("judge", "export", tmp_path / "not-a-run", cwd=tmp_path, prefect_home=prefect_home)
+    assert (done.returncode, done.stderr) == (2, (
+        f"retbench: {tmp_path / 'not-a-run' / 'manifest.json'}: missing; expected the manifest of a finished run "
+        f"(is {tmp_path / 'not-a-run'} a run's output folder?)\n"))
+    done = retbench("judge", "export", tmp_path / "not-a-run", "--depth", "0", cwd=tmp_path, prefect_home=prefect_home)
+    assert (done.returncode, done.stderr) == (2, "retbench: --depth must be at least 1 (got 0)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-run"]

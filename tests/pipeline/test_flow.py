@@ -133,3 +133,44 @@ def test_manifest_records_what_a_reader_needs(sample_runs):
     assert first["providers"]["hashing"]["kind"] == "hashing"
     assert {"load-dataset", "chunk", "embed", "index", "retrieve"} <= set(first["stage_seconds"])
     assert first["versions"]["prefect"] and first["versions"]["faiss-cpu"]
+
+
+def test_judge_export_pools_every_hole_of_the_test_top_10_once(sample_runs, tmp_path, capsys):
+    """`retbench judge export` on the sample's output: judging every pair of the pool makes
+    judged@10 (as the score stage computes it) 1 for every setting on the test queries."""
+    from retbench.flows.cli import main
+    from retbench.tasks.analysis.score import score_runs
+    from retbench.tasks.stages.dataset import load_saved_dataset
+
+    base, first, _ = sample_runs
+    out = base / "out"
+    assert main(["judge", "export", str(out), "--format", "all", "--out", str(tmp_path / "pool")]) == 0
+    printed = capsys.readouterr().out
+    pool = pl.read_csv(tmp_path / "pool.csv", schema_overrides={"grade": pl.String})
+    dataset = load_saved_dataset(first["dataset"]["path"])
+    test_queries = dataset.queries.filter(pl.col("split") == "test")
+    assert set(pool["query_id"]) <= set(test_queries["query_id"])
+    assert pool.select("query_id", "doc_id").is_unique().all()
+    assert pool.join(dataset.qrels, on=["query_id", "doc_id"], how="semi").height == 0
+    assert pool["pool_rank"].to_list() == list(range(1, pool.height + 1))
+    assert pool["settings"].is_sorted(descending=True) and pool["grade"].is_null().all()
+    assert printed.startswith(f"wrote {pool.height} unjudged pairs (top 10 of {test_queries.height} test queries, 4 settings; "
+                              "grades 0-3)")
+
+    runs = pl.read_parquet(out / "runs.parquet")
+    before = score_runs(runs, dataset.qrels, dataset.queries, ["judged@10"]).filter(pl.col("split") == "test")
+    means = before.group_by("provider", "index", "nprobe").agg(pl.col("value").mean()).sort("index", "nprobe")
+    # The page's "judged@10 now" is the score stage's judged@10 on the test queries.
+    for provider, index, nprobe, value in means.iter_rows():
+        label = f"{provider} {index}" + ("" if nprobe is None else f" nprobe={nprobe}")
+        assert f"{label} {value:.2f}" in printed.splitlines()[1]
+    assert means["value"].max() < 1
+    graded = pl.concat([dataset.qrels, pool.select("query_id", "doc_id", grade=pl.lit(0, pl.Int64))])
+    after = score_runs(runs, graded, dataset.queries, ["judged@10"]).filter(pl.col("split") == "test")
+    assert after["value"].min() == 1.0
+
+    page = (tmp_path / "pool.html").read_text(encoding="utf-8")
+    data = json.loads(page.split('<script type="application/json" id="pool">')[1].split("</script>")[0])
+    assert [(p["query_id"], p["doc_id"]) for p in data["pairs"]] == pool.select("query_id", "doc_id").rows()
+    tsv = pl.read_csv(tmp_path / "pool.tsv", separator="\t", schema_overrides={"grade": pl.String})
+    assert tsv.equals(pool)

@@ -172,3 +172,23 @@ def test_the_manifest_records_the_engine_and_its_reason(host):
     assert provider_engine(gpu) == {"backend": "torch", "device": "cuda", "execution_provider": None,
                                     "reason": "auto on cuda: torch on the device (ONNX Runtime offers no CUDAExecutionProvider)"}
     assert provider_engine(ProviderSpec(name="h", kind="hashing")) is None  # no engine of its own to tell
+
+
+def test_the_embed_log_line_names_the_engine_its_reason_and_the_gpu_batch(host, tmp_path, caplog, monkeypatch):
+    import polars as pl
+
+    from retbench.tasks import stage_calls
+    from retbench.tasks.config.spec import ProviderSpec
+
+    monkeypatch.setattr(stage_calls, "_providers", {})  # no provider made on the faked GPU outlives the test
+    host(cuda=1, ort=CPU_ONLY, free=8 * 2**30)
+    texts = tmp_path / "chunks.parquet"
+    pl.DataFrame({"chunk_id": [f"d{i}" for i in range(300)], "text": [f"text {i}" for i in range(300)]}).write_parquet(texts)
+    spec = ProviderSpec(name="minilm", kind="sentence-transformers", options={"device": "cuda"}, shards=4)
+    with caplog.at_level("INFO", logger="retbench"):
+        # The plan writes the parts to embed; nothing is encoded, so the faked GPU is never used.
+        plan = stage_calls.embed_plan_stage(spec, str(texts), "chunk_id", "document", str(tmp_path / "store"), False)
+    assert "minilm: backend torch on cuda (torch): auto on cuda: torch on the device (ONNX Runtime offers no "\
+           "CUDAExecutionProvider); 256 texts per call, chosen from 8.0 GiB free on cuda (half of it after the weights, "\
+           "at ~9.0 MiB per text)" in caplog.messages
+    assert (plan.missing, len(plan.parts)) == (300, 2)  # parts of at least one 256-text batch, not of 64

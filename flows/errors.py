@@ -36,11 +36,13 @@ def _is_expected(error: BaseException) -> bool:
     from retbench.tasks.plugins import PluginError
     from retbench.tasks.user_code import UserCodeError
     from retbench.tasks.extras import MissingExtra
+    from retbench.tasks.devices import DeviceUnavailable
     from retbench.tasks.store.files import DISK_FAULTS
 
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
-                          EnvironmentFault, Interrupted, UserCodeError, PluginError, MissingExtra)):
+                          EnvironmentFault, Interrupted, UserCodeError, PluginError, MissingExtra,
+                          DeviceUnavailable)):
         return True
     # A full, read-only or forbidden disk: told with the path, the free space and the fix.
     if isinstance(error, OSError) and error.errno in DISK_FAULTS:

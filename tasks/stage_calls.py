@@ -56,8 +56,12 @@ def embed_plan_stage(provider: ProviderSpec, texts_path: str, id_column: str, ro
     built = loaded_provider(make_provider, provider)
     ids = texts[id_column].to_list()
     # A provider of vectors made elsewhere is handed ids, and its cache is keyed by them.
+    batch_size, batch_said = embed_batch_size(provider, built)
     plan = plan_embedding(built, set_label or provider.name, ids, ids if built.keyed_by_id else texts["text"].to_list(),
-                          role, Path(store), provider.shards, provider.batch_size, force=force)
+                          role, Path(store), provider.shards, batch_size, force=force)
+    if plan.missing and built.engine() is not None:
+        # Which engine embeds, on which device, and why: a GPU run that lands on the CPU must show.
+        log.info(f"{plan.provider}: {built.engine().described()}" + (f"; {batch_said}" if batch_said else ""))
     if plan.missing:
         from retbench.tasks.stages.embed import embed_what
         from retbench.tasks.worker_events import send_plan
@@ -76,8 +80,20 @@ def embed_part_stage(plan, index: int, provider: ProviderSpec, make_provider: Ca
 
     if index >= len(plan.parts):
         return None  # fewer parts than shards: nothing to load a model for
-    return embed_part(loaded_provider(make_provider, provider), plan, index, provider.shards, provider.batch_size,
-                      progress=log.info)
+    built = loaded_provider(make_provider, provider)
+    return embed_part(built, plan, index, provider.shards, embed_batch_size(provider, built)[0], progress=log.info)
+
+
+def embed_batch_size(provider: ProviderSpec, built) -> tuple[int, str]:
+    """Texts per embedding call and cache shard, and how they were chosen ("" when the spec's, as
+    ever on the CPU): the spec's `batch_size` when it sets one, else on a GPU the provider's own
+    (its options.batch_size, or sized from the card's free memory: tasks/devices.py), so that
+    64-text shards do not cap a GPU's batch."""
+    gpu = built.device_batch_size()
+    if gpu is None or "batch_size" in provider.model_fields_set:
+        return provider.batch_size, (f"{provider.batch_size} texts per call, set in the spec (batch_size)"
+                                     if gpu is not None else "")
+    return gpu
 
 
 def embed_finish_stage(plan, *parts):
@@ -276,9 +292,10 @@ def buried_stage(provider: ProviderSpec, dataset, runs: list, query_sets: dict, 
 
     saved = load_saved_dataset(dataset.path)
     passages = relevant_passages(saved.corpus, saved.qrels)
-    passage_set = embed_texts(make_provider(provider), f"{provider.name}/passages", passages["chunk_id"].to_list(),
+    built = make_provider(provider)
+    passage_set = embed_texts(built, f"{provider.name}/passages", passages["chunk_id"].to_list(),
                               passages["text"].to_list(), "document", Path(spec.store_dir),
-                              batch_size=provider.batch_size, progress=log.info)
+                              batch_size=embed_batch_size(provider, built)[0], progress=log.info)
     log.info(f"{provider.name}: {passage_set.count} passages of relevant documents, {passage_set.embedded} embedded")
     passage_ids, passage_vectors = load_vectors(passage_set)
     cut = 10 if 10 in spec.k else max(spec.k)

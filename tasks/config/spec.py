@@ -92,7 +92,8 @@ class ProviderSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
-    batch_size: int = Field(64, ge=1, description="texts per cache shard: a crash loses at most one batch")
+    batch_size: int = Field(64, ge=1, description="texts per embedding call and cache shard: a crash loses at most one "
+                                                  "batch; unset on a GPU, the provider's (sized from the card's free memory)")
     shards: int | None = Field(None, ge=1, le=4096, description="task runs the missing texts are split into (by content key), "
                                "so Dask spreads one provider over its workers; default: 8 on Dask, 1 on the in-process runner")
     pricing: PricingSpec | None = Field(None, description="price per 1M tokens, with the date it was read")

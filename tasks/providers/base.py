@@ -15,6 +15,9 @@ default here, so the pipeline never probes with `hasattr`:
   `concurrent` says whether the profile should sweep the number of concurrent calls;
 - `first_use_modules`: what its first `encode` imports (`retbench run` imports them while
   Prefect's API server boots, when the provider has texts to embed);
+- `engine` and `device_batch_size`: what computes the vectors, on which device and why (the
+  manifest and the log say it), and the texts per call the provider picks for its device when
+  the spec sets none (a GPU's, from its free memory; default: None, the spec's batch_size);
 - `keyed_by_id`: `encode` is handed ids, not texts, and the cache is keyed by them (vectors
   made elsewhere, tasks/providers/precomputed.py); `check_ids` then says before any work what
   the ids of the run and the provider's own ids disagree on.
@@ -90,6 +93,15 @@ class Provider:
 
     def first_use_modules(self) -> tuple[str, ...]:
         return ()
+
+    def engine(self):
+        """The Engine (tasks/devices.py: backend, device, why) of a provider that computes vectors
+        on this machine; None for the others (an API, vectors made elsewhere)."""
+        return None
+
+    def device_batch_size(self) -> tuple[int, str] | None:
+        """(texts per call, how it was chosen) on a GPU; None: the spec's batch_size."""
+        return None
 
     def check_ids(self, needed: dict[str, set[str]], known: dict[str, set[str] | None], chunking: str) -> list[str]:
         """Problems between the run's ids and a provider keyed by id, found before any work

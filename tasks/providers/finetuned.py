@@ -62,6 +62,14 @@ class FinetunedProvider(SentenceTransformersProvider):
         if self.path is not None and not self.path.is_dir():
             raise FileNotFoundError(f"fine-tuned model folder not found: {self.path}")
 
+    def engine(self):
+        from retbench.tasks.devices import Engine
+
+        return Engine("torch", "cpu", "a fine-tuned model runs on sentence-transformers (torch), on the CPU")
+
+    def device_batch_size(self) -> tuple[int, str] | None:
+        return None
+
     @property
     def trained(self) -> bool:
         return self.folder is not None

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from retbench.tasks.devices import (ORT_CUDA, DeviceUnavailable, Engine, host_has, index_of, kind_of, missing_device,
+                                    onnx_engines, torch_cuda_devices, torch_mps)
 from retbench.tasks.store.build import build_folder_once
 from retbench.tasks.store.files import file_sha256, stable_hash, write_json
 
@@ -29,16 +31,61 @@ EXPORT_RECIPE = "onnx-export-v3: torchscript export, bert fusions, dynamic int8 
 _POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 
 
-def resolve_backend(backend: str, model_path: Path) -> str:
-    """`auto`: onnx (fp32) when the model's structure allows it, else torch; others as given."""
+def resolve_backend(backend: str, model_path: Path, device: str = "cpu") -> str:
+    """The backend `choose_engine` picks (auto resolved)."""
+    return choose_engine(backend, model_path, device).backend
+
+
+def choose_engine(backend: str, model_path: Path, device: str = "cpu") -> Engine:
+    """The engine for `backend` on `device`, or a DeviceUnavailable naming what this host lacks.
+
+    cpu: auto is onnx (fp32) when the model's structure allows it and the onnx extra is installed,
+    else torch. cuda: auto is ONNX Runtime's CUDAExecutionProvider when onnxruntime offers it and the
+    structure allows, else torch on the device; mps: torch on the device (ONNX Runtime has no MPS
+    engine). On a GPU auto never falls back to the CPU: without an engine for the device it refuses."""
     from retbench.tasks.extras import installed, require
 
+    kind = kind_of(device)
+    if backend not in ("auto", "torch"):
+        require("onnx", f"backend: {backend}")
+    missing = missing_device(device)
+    if missing is not None:
+        raise missing
+    if kind == "cpu":
+        if backend != "auto":
+            return Engine(backend, device, "set in the spec")
+        # Without the onnx extra, auto is torch: the same vectors to 0.9999998 cosine, slower on short texts.
+        why_not = unsupported(model_path) or (None if installed("onnx") else "the onnx extra is not installed")
+        if why_not:
+            return Engine("torch", device, f"auto on cpu: torch, as ONNX Runtime cannot run it ({why_not})")
+        return Engine("onnx", device, "auto on cpu: ONNX Runtime's CPU engine, faster than torch there, as the "
+                                      "model's structure allows it (Transformer + Pooling (+ Normalize))")
+    torch_has = torch_mps() if kind == "mps" else torch_cuda_devices() > index_of(device)
+    ort_has = kind == "cuda" and installed("onnx") and ORT_CUDA in onnx_engines()
+    if backend == "onnx-int8":
+        raise DeviceUnavailable(device, "backend onnx-int8 runs on ONNX Runtime's CPU engine only (its dynamically "
+                                        "quantised operators are made for the CPU)",
+                                "use backend onnx or torch on the GPU, or device: cpu for onnx-int8")
+    if backend == "onnx" and not ort_has:
+        why = ("ONNX Runtime has no MPS engine" if kind == "mps" else
+               f"backend onnx there needs ONNX Runtime's {ORT_CUDA} (the onnxruntime-gpu package); {host_has()}")
+        raise DeviceUnavailable(device, why, "use backend: torch or auto on the GPU")
+    if backend == "torch" and not torch_has:
+        raise DeviceUnavailable(device, f"backend torch there needs torch built with CUDA; {host_has()}",
+                                f"use backend: auto or onnx, which run on {ORT_CUDA}")
     if backend != "auto":
-        if backend != "torch":
-            require("onnx", f"backend: {backend}")
-        return backend
-    # Without the onnx extra, auto is torch: the same vectors to 0.9999998 cosine, slower on short texts.
-    return "torch" if unsupported(model_path) or not installed("onnx") else "onnx"
+        return Engine(backend, device, "set in the spec")
+    structure = unsupported(model_path)
+    if ort_has and structure is None:
+        return Engine("onnx", device, f"auto on {device}: ONNX Runtime's {ORT_CUDA}, which onnxruntime offers, as "
+                                      "the model's structure allows it")
+    if torch_has:
+        other = ("ONNX Runtime has no MPS engine" if kind == "mps" else
+                 f"ONNX Runtime cannot run the model ({structure})" if ort_has else
+                 f"ONNX Runtime offers no {ORT_CUDA}")
+        return Engine("torch", device, f"auto on {device}: torch on the device ({other})")
+    raise DeviceUnavailable(device, f"torch sees no CUDA device and ONNX Runtime cannot run the model ({structure})",
+                            "set device: cpu, or install torch built with CUDA")
 
 
 def default_cache_dir() -> Path:
@@ -77,11 +124,11 @@ class OnnxEncoder:
     """`encode(texts)` -> pooled float32 vectors, as the sentence-transformers model computes them."""
 
     def __init__(self, model_path: Path, backend: str, weights_hash: str, max_seq_length: int | None,
-                 cache_dir: Path | None = None, threads: int | None = None):
+                 cache_dir: Path | None = None, threads: int | None = None, device: str = "cpu"):
         if backend not in BACKENDS[1:]:
             raise ValueError(f"ONNX backend must be one of {BACKENDS[1:]} (got {backend!r})")
         self.model_path, self.backend, self.weights_hash = Path(model_path), backend, weights_hash
-        self.max_seq_length, self.threads = max_seq_length, threads
+        self.max_seq_length, self.threads, self.device = max_seq_length, threads, device
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         kinds, config = _structure(self.model_path)
         reason = _unsupported_structure(kinds, config)
@@ -149,7 +196,18 @@ class OnnxEncoder:
         # onnxruntime's own default counts physical cores, torch's the affinity mask.
         options.intra_op_num_threads = self.threads or len(os.sched_getaffinity(0))
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        return onnxruntime.InferenceSession(str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        if kind_of(self.device) != "cuda":
+            return onnxruntime.InferenceSession(str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        # The CPU engine is listed second for the few shape operators ONNX Runtime places there
+        # itself; but when the CUDA engine cannot start (its CUDA or cuDNN libraries missing),
+        # ONNX Runtime runs the whole model on the CPU with a warning: refused instead.
+        session = onnxruntime.InferenceSession(str(self.folder / "model.onnx"), options, providers=[
+            (ORT_CUDA, {"device_id": index_of(self.device)}), "CPUExecutionProvider"])
+        if session.get_providers()[0] != ORT_CUDA:
+            raise DeviceUnavailable(self.device, f"ONNX Runtime could not start its {ORT_CUDA} (it would run on the "
+                                                 "CPU: the CUDA or cuDNN libraries onnxruntime-gpu needs are missing?)",
+                                    "use backend: torch, or fix onnxruntime-gpu's CUDA libraries")
+        return session
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         inputs = {i.name for i in self.session.get_inputs()}

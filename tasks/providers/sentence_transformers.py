@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retbench.tasks.providers.base import Provider
 from retbench.tasks.store.files import file_sha256
@@ -26,14 +26,24 @@ class SentenceTransformersOptions(BaseModel):
     query_prefix: str = ""
     document_prefix: str = ""
     max_seq_length: int | None = Field(None, ge=8)
-    batch_size: int = Field(64, ge=1)
-    device: str = "cpu"
+    batch_size: int = Field(64, ge=1, description="texts per encode call; default 64 on the CPU, on a GPU chosen from "
+                                                   "its free memory (tasks/devices.py)")
+    device: str = Field("cpu", description="cpu, cuda, cuda:N or mps; a device this host lacks is refused before any work")
     backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
-        "auto", description="auto: onnx when the model's structure allows (Transformer + mean/CLS pooling (+ Normalize)), "
-                            "else torch. onnx: ONNX Runtime, fp32, on a fused export of the model, made once per machine "
+        "auto", description="auto: on cpu, onnx when the model's structure allows (Transformer + mean/CLS pooling "
+                            "(+ Normalize)), else torch; on cuda, ONNX Runtime's CUDAExecutionProvider when onnxruntime "
+                            "offers it and the structure allows, else torch on the device; on mps, torch (never the CPU "
+                            "on a GPU). onnx: ONNX Runtime, fp32, on a fused export of the model, made once per machine "
                             "(tasks/providers/onnx_backend.py); its vectors match torch's to a cosine of at least 0.9999998 on NPL. "
                             "onnx-int8: quantised, faster, changes the vectors (docs/results.md)")
     onnx_cache: str | None = Field(None, description="folder for ONNX exports; default ~/.cache/retbench/onnx")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        from retbench.tasks.devices import checked_device
+
+        return checked_device(value)
 
 
 def _default_model_path() -> Path:
@@ -57,9 +67,11 @@ class SentenceTransformersProvider(Provider):
         self.path = Path(self.options.model) if self.options.model else _default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(f"sentence-transformers model folder not found: {self.path}")
-        from retbench.tasks.providers.onnx_backend import resolve_backend
+        from retbench.tasks.providers.onnx_backend import choose_engine
 
-        self._backend = resolve_backend(self.options.backend, self.path)
+        # Refused here when the host lacks the device (or the backend on it): never a silent CPU run.
+        self._engine = choose_engine(self.options.backend, self.path, self.options.device)
+        self._backend = self._engine.backend
 
     def fingerprint(self) -> dict:
         config = self._read_config()
@@ -86,6 +98,42 @@ class SentenceTransformersProvider(Provider):
         """The engine that computes the vectors: options.backend, with auto resolved."""
         return self._backend
 
+    def engine(self):
+        return self._engine
+
+    def device_batch_size(self) -> tuple[int, str] | None:
+        """On a GPU, the batch: options.batch_size when the spec sets it, else chosen from the
+        card's free memory (CUDA; tasks/devices.py says the rule); None on the CPU (the spec's)."""
+        from retbench.tasks.devices import on_gpu
+
+        return self._gpu_batch if on_gpu(self.options.device) else None
+
+    @cached_property
+    def _gpu_batch(self) -> tuple[int, str]:
+        from retbench.tasks.devices import bytes_per_text, gpu_batch_size, kind_of, torch_cuda_devices
+
+        device = self.options.device
+        if "batch_size" in self.options.model_fields_set:
+            return self.options.batch_size, f"{self.options.batch_size} texts per call, set in the spec (options.batch_size)"
+        config = self._transformer_config()
+        shape = [config.get(k) for k in ("num_attention_heads", "hidden_size", "intermediate_size")]
+        default = self.options.batch_size
+        if kind_of(device) != "cuda" or not torch_cuda_devices():
+            where = "read on CUDA through torch only" if kind_of(device) == "cuda" else "not read on MPS"
+            return default, f"{default} texts per call, the default (free memory is {where})"
+        if not all(isinstance(v, int) for v in shape) or not self._max_tokens():
+            return default, f"{default} texts per call, the default (the model's config.json has no layer sizes to size it by)"
+        weights = sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+        return gpu_batch_size(device, bytes_per_text(self._max_tokens(), *shape), weights)
+
+    def _transformer_config(self) -> dict:
+        path = self.path / "config.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _batch_size(self) -> int:
+        gpu = self.device_batch_size()
+        return gpu[0] if gpu else self.options.batch_size
+
     def _prefix(self, role) -> str:
         return self.options.query_prefix if role == "query" else self.options.document_prefix
 
@@ -100,10 +148,10 @@ class SentenceTransformersProvider(Provider):
     def encode(self, texts: list[str], role) -> np.ndarray:
         prefix = self._prefix(role)
         if self.backend != "torch":
-            return self._onnx.encode([prefix + text for text in texts], self.options.batch_size)
+            return self._onnx.encode([prefix + text for text in texts], self._batch_size())
         return self._model.encode(
             [prefix + text for text in texts],
-            batch_size=self.options.batch_size,
+            batch_size=self._batch_size(),
             convert_to_numpy=True,
             normalize_embeddings=False,
             show_progress_bar=False,
@@ -141,7 +189,7 @@ class SentenceTransformersProvider(Provider):
         from retbench.tasks.providers.onnx_backend import OnnxEncoder
 
         cache = Path(self.options.onnx_cache) if self.options.onnx_cache else None
-        return OnnxEncoder(self.path, self.backend, self._weights_hash, self._max_tokens(), cache)
+        return OnnxEncoder(self.path, self.backend, self._weights_hash, self._max_tokens(), cache, device=self.options.device)
 
     @cached_property
     def _model(self):

@@ -52,6 +52,12 @@ class TruncatedProvider(Provider):
     def first_use_modules(self) -> tuple[str, ...]:
         return self.inner.first_use_modules()
 
+    def engine(self):
+        return self.inner.engine()
+
+    def device_batch_size(self) -> tuple[int, str] | None:
+        return self.inner.device_batch_size()
+
     def plan_batches(self, texts: Sequence[str], role: Role, batch_size: int) -> list[list[int]]:
         return self.inner.plan_batches(texts, role, batch_size)
 

@@ -35,6 +35,9 @@ def build_manifest(spec, spec_path, stage, targeted, force, dataset, chunks, emb
         "dataset": {**{k: v for k, v in asdict(dataset).items() if k != "seconds"}, "content_hash": dataset.key},
         "chunks": asdict(chunks) if chunks else None,
         "providers": {p.name: _fingerprint(p) for p in spec.providers},
+        # Beside the fingerprints, not in them: the history keys a provider by its fingerprint's
+        # hash, and the same vectors may come from another device.
+        "engines": {p.name: engine for p in spec.providers if (engine := provider_engine(p)) is not None},
         "embedding": [{**asdict(e), "set_path": e.path, "set_key": e.key} for e in embeddings],
         "texts": {
             "embedded": sum(e.embedded for e in embeddings),
@@ -105,3 +108,10 @@ def _fingerprint(provider) -> dict:
     if provider.kind == "finetuned" and not provider.options.get("model"):
         return {"kind": provider.kind, "base": provider.options.get("base"), "trained": False}
     return full_fingerprint(create_provider(provider.kind, provider.options, provider.dimensions))
+
+
+def provider_engine(provider) -> dict | None:
+    """What computes a provider's vectors here: backend, device, ONNX Runtime's execution provider
+    and why (tasks/devices.py Engine); None for an API or vectors made elsewhere."""
+    engine = create_provider(provider.kind, provider.options, provider.dimensions).engine()
+    return None if engine is None else engine.to_dict()

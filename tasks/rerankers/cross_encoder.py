@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retbench.tasks.rerankers.base import RerankBatch, checked_scores
 from retbench.tasks.store.files import file_sha256
@@ -20,8 +20,15 @@ class CrossEncoderOptions(BaseModel):
     max_length: int | None = Field(None, ge=8, description="tokens per (query, document) pair; default: the model's")
     activation: Literal["model", "none"] = Field(
         "model", description="'model': the model's own activation (sigmoid for one label); 'none': raw logits")
-    device: str = "cpu"
+    device: str = Field("cpu", description="cpu, cuda, cuda:N or mps; a device this host lacks is refused before any work")
     batch_size: int = Field(32, ge=1, description="pairs per forward pass")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        from retbench.tasks.devices import checked_device
+
+        return checked_device(value)
 
 
 class CrossEncoderReranker:

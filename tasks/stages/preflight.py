@@ -22,6 +22,7 @@ def preflight(spec: BenchmarkSpec, create_folders: bool = True) -> tuple[Dataset
     from retbench.tasks.stages.prepare import check_inputs
 
     require_extras(spec)
+    require_devices(spec)
     check_inputs(spec, create_folders=create_folders)
     dataset, key = validated_dataset(spec)
     id_problems = provider_id_problems(spec, dataset)
@@ -41,6 +42,31 @@ def require_extras(spec: BenchmarkSpec) -> None:
         backend = (provider.options or {}).get("backend")
         if provider.kind in ("sentence-transformers", "finetuned") and backend in ("onnx", "onnx-int8"):
             require("onnx", f"{where}, backend: {backend}")
+
+
+def require_devices(spec: BenchmarkSpec) -> None:
+    """A device the host lacks (`device: cuda` without a CUDA device, or a backend without an engine
+    on it) refused in one line naming the spec key, before any work: on a GPU nothing falls back
+    to the CPU in silence. A spec on the CPU imports no engine here."""
+    from retbench.tasks.devices import DeviceUnavailable, missing_device
+    from retbench.tasks.providers import create_provider
+
+    for i, provider in enumerate(spec.providers):
+        device = (provider.options or {}).get("device", "cpu")
+        if provider.kind != "sentence-transformers" or device == "cpu":
+            continue
+        where = f"providers[{i}].options.device ({provider.name!r}, kind {provider.kind})"
+        try:
+            create_provider(provider.kind, provider.options)  # chooses its engine, or refuses the device
+        except DeviceUnavailable as error:
+            raise error.at(where) from error
+        except Exception:  # noqa: BLE001  any other problem of the provider is the plan's to say (plan_run)
+            pass
+    for i, reranker in enumerate(spec.rerankers):
+        device = (reranker.options or {}).get("device", "cpu")
+        missing = missing_device(device) if reranker.kind == "cross-encoder" and device != "cpu" else None
+        if missing is not None:
+            raise missing.at(f"rerankers[{i}].options.device ({reranker.name!r}, kind {reranker.kind})")
 
 
 def provider_id_problems(spec: BenchmarkSpec, dataset: Dataset) -> list[str]:

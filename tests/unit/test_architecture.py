@@ -20,7 +20,7 @@ HEAVY = ("faiss", "torch", "prefect", "sentence_transformers", "matplotlib")
 # never a higher one. Declared once, here; a module in no layer fails, so a new package must be placed.
 # A name holds the module and everything under it; "=retbench.tasks" is that module (its __init__) alone.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("L0 foundation", ("=retbench.tasks", "retbench.tasks.store", "retbench.tasks.registry", "retbench.tasks.plugins", "retbench.tasks.user_code", "retbench.tasks.extras", "retbench.tasks.language", "retbench.tasks.allocator", "retbench.tasks.progress", "retbench.tasks.worker_events", "retbench.tasks.worker_plugin")),
+    ("L0 foundation", ("=retbench.tasks", "retbench.tasks.store", "retbench.tasks.registry", "retbench.tasks.plugins", "retbench.tasks.user_code", "retbench.tasks.extras", "retbench.tasks.devices", "retbench.tasks.language", "retbench.tasks.allocator", "retbench.tasks.progress", "retbench.tasks.worker_events", "retbench.tasks.worker_plugin")),
     ("L1 plug-ins", ("retbench.tasks.providers", "retbench.tasks.rerankers", "retbench.tasks.datasets", "retbench.tasks.indexes")),
     ("L2 spec models", ("retbench.tasks.config",)),
     ("L3 analysis", ("retbench.tasks.analysis",)),

@@ -176,3 +176,17 @@ def test_the_judgments_key_is_validated_with_its_key_path(tmp_path, judgments, e
 def test_the_judgments_key_defaults_to_every_overlay(tmp_path):
     path = write(tmp_path, "spec.yaml", "name: t\ndataset: {path: data}\nproviders: [{name: h, kind: hashing}]\n")
     assert load_spec(path).judgments == JudgmentsSpec(use="all", overlays=None)
+
+
+def test_a_new_series_says_which_overlay_started_it():
+    from retbench.tasks.analysis.history import judgments_stamp, series_reason
+
+    overlay = {"file": "pool.qrels", "sha256": "ab" * 32, "source": "human", "judgments": 3, "imported_at": "x"}
+    before = {"dataset_hash": "k" * 64, "dataset_base": "k" * 64, "judgments": judgments_stamp([])}
+    after = {"dataset_hash": "j" * 64, "dataset_base": "k" * 64, "judgments": judgments_stamp([overlay])}
+    added = "judgments overlay pool.qrels (source human, 3 judgments, sha256 abababababab) added"
+    assert series_reason(before, after) == added
+    assert series_reason(after, before) == added.replace("added", "no longer used")
+    files = {"dataset_hash": "f" * 64, "dataset_base": "f" * 64, "judgments": "[]"}
+    assert series_reason(before, files) == "dataset changed (kkkkkkkkkkkk -> ffffffffffff)"
+    assert series_reason({"dataset_hash": "k" * 64}, after).startswith("dataset changed")  # recorded before the stamp

@@ -53,12 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--debug", action="store_true", help="show tracebacks of expected failures")
     history.set_defaults(func=_history)
 
-    from retbench.flows import check_command, eval_command, hard_negatives_command, init_command, plugins_command
+    from retbench.flows import (check_command, eval_command, hard_negatives_command, init_command, judge_command,
+                                plugins_command)
 
     init_command.add_parser(commands)
     check_command.add_parser(commands)
     eval_command.add_parser(commands)
     hard_negatives_command.add_parser(commands)
+    judge_command.add_parser(commands)
     plugins_command.add_parser(commands)
     return parser
 
@@ -237,6 +239,8 @@ def _history(args) -> int:
     if trend["series"].n_unique() > 1:
         print(f"the data changed between runs: {trend['series'].n_unique()} series (a new one starts when the dataset "
               f"content key changes); regressions are computed only within a series")
+        for series, run_id, why in history.series_starts(store, spec.name):
+            print(f"series {series} from run {run_id[:8]}: {why}")
     return 0
 
 

@@ -37,7 +37,10 @@ def data_audit_section(inputs: ReportInputs) -> Section | None:
 
 def _judgments(section: Section, dataset: dict) -> None:
     """How many judgments came from which source: the dataset's own, and each overlay merged in."""
-    overlays = {o["file"]: o for o in dataset.get("overlays") or []}
+    listed = dataset.get("overlays") or []
+    files = [o["file"] for o in listed]
+    # Named as judgments_from names them: the file, with its sha256's start when two share a name.
+    overlays = {o["file"] if files.count(o["file"]) == 1 else f"{o['file']}@{o['sha256'][:8]}": o for o in listed}
     counted = [(label, n) for label, n in dataset.get("judgments_from") or []]
     if overlays:
         section.paragraph(f"Judgments scored: {dataset.get('judgments')}, of which "

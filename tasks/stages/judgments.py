@@ -69,6 +69,13 @@ def stored_overlays(store: str | Path, base_key: str) -> list[Overlay]:
     return sorted(found, key=lambda o: (o.imported_at, o.sha256))
 
 
+def labels(overlays: list[Overlay]) -> list[str]:
+    """A name per overlay: its file's name, with the start of its sha256 when two share a name
+    (a pool file imported again after more judging)."""
+    names = [o.file for o in overlays]
+    return [o.file if names.count(o.file) == 1 else f"{o.file}@{o.sha256[:8]}" for o in overlays]
+
+
 def overlay_table(overlay: Overlay) -> pl.DataFrame:
     return pl.read_parquet(overlay.table).select(list(QRELS_SCHEMA))
 
@@ -102,7 +109,7 @@ def import_overlay(spec: BenchmarkSpec, path: Path, dataset: Dataset, key: str |
     if same is not None:
         return ImportResult(same, added=False, dataset=dataset.name, base_key=base_key)
     new = read_overlay(path, dataset)
-    layers = [(BASE, dataset.qrels)] + [(o.file, overlay_table(o)) for o in existing]
+    layers = [(BASE, dataset.qrels)] + [(label, overlay_table(o)) for label, o in zip(labels(existing), existing)]
     found = conflicts(new, layers, path)
     if found and not override:
         raise DatasetError(f"{path}: {conflict_summary(found)}; nothing imported (pass --override to let this "
@@ -110,7 +117,7 @@ def import_overlay(spec: BenchmarkSpec, path: Path, dataset: Dataset, key: str |
     before = merge([frame for _, frame in layers])
     agreeing = new.join(before, on=["query_id", "doc_id", "grade"], how="inner").height
     facts = {"file": path.name, "sha256": sha, "source": source,
-             "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "imported_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),  # orders overlays
              "judgments": new.height, "overrides": len(found), "dataset": dataset.name, "base_key": base_key}
     table = overlay_folder(spec.store_dir, base_key) / f"{sha[:32]}.parquet"
 
@@ -170,10 +177,11 @@ def with_overlays(ref, spec: BenchmarkSpec):
     extras = [name for name in ("metadata.parquet", "filters.parquet") if (base_folder / name).is_file()]
     files = ("corpus.parquet", "queries.parquet", "qrels.parquet", *extras, "dataset.json")
     layers = [pl.read_parquet(ref.qrels_path).with_columns(source=pl.lit(BASE))]
-    layers += [overlay_table(o).with_columns(source=pl.lit(o.file)) for o in chosen]
+    names = labels(chosen)
+    layers += [overlay_table(o).with_columns(source=pl.lit(name)) for name, o in zip(names, chosen)]
     merged = merge(layers)
     by_layer = dict(merged.group_by("source").len().iter_rows())
-    counted = tuple((label, by_layer.get(label, 0)) for label in [BASE, *(o.file for o in chosen)])
+    counted = tuple((label, by_layer.get(label, 0)) for label in [BASE, *names])
     note = "judgments: " + ", ".join(f"{n} from {label}" for label, n in counted)
 
     def build(tmp: Path) -> None:

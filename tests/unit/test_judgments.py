@@ -190,3 +190,16 @@ def test_a_new_series_says_which_overlay_started_it():
     files = {"dataset_hash": "f" * 64, "dataset_base": "f" * 64, "judgments": "[]"}
     assert series_reason(before, files) == "dataset changed (kkkkkkkkkkkk -> ffffffffffff)"
     assert series_reason({"dataset_hash": "k" * 64}, after).startswith("dataset changed")  # recorded before the stamp
+
+
+def test_two_imports_of_one_file_name_are_told_apart_by_their_sha256(tmp_path):
+    dataset = tiny()
+    ref = dataset_ref(tmp_path, dataset)
+    first = write(tmp_path, "pool.qrels", "q1 0 d4 1\n")
+    import_overlay(store_spec(tmp_path), first, dataset, ref.key)
+    import_overlay(store_spec(tmp_path), write(tmp_path, "pool.qrels",
+                                               "q1 0 d4 1\nq1 0 d5 2\n"), dataset, ref.key)
+    one, two = stored_overlays(tmp_path / "store", ref.key)
+    judged = with_overlays(ref, store_spec(tmp_path))
+    assert judged.judgments_from == (("base", 3), (f"pool.qrels@{one.sha256[:8]}", 0),
+                                     (f"pool.qrels@{two.sha256[:8]}", 2))

@@ -239,6 +239,8 @@ def _history(args) -> int:
     if trend["series"].n_unique() > 1:
         print(f"the data changed between runs: {trend['series'].n_unique()} series (a new one starts when the dataset "
               f"content key changes); regressions are computed only within a series")
+        for series, run_id, why in history.series_starts(store, spec.name):
+            print(f"series {series} from run {run_id[:8]}: {why}")
     return 0
 
 

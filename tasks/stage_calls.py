@@ -23,10 +23,18 @@ def default_provider(provider: ProviderSpec):
 
 
 def load_dataset_stage(spec: BenchmarkSpec, force: bool):
+    from retbench.tasks.stages.judgments import with_overlays
     from retbench.tasks.stages.prepare import prepare_dataset
 
-    ref = prepare_dataset(spec, force=force)
+    ref = with_overlays(prepare_dataset(spec, force=force), spec)
     log.info(f"dataset {ref.name}: {ref.documents} documents, {ref.queries} queries, {ref.judgments} judgments")
+    if ref.overlays:
+        log.info(f"judgments: {', '.join(f'{n} from {label}' for label, n in ref.judgments_from)} "
+                 f"(overlays: {'; '.join(o.described() for o in ref.overlays)}); content key {ref.key[:12]}, "
+                 f"runs keyed by {ref.collection_key[:12]}")
+    if ref.overlays_unused:
+        log.info(f"{ref.overlays_unused} judgments overlay(s) imported for this dataset left out "
+                 f"(judgments.use: {spec.judgments.use})")
     return ref
 
 
@@ -181,7 +189,7 @@ def index_stage(doc_set, settings, spec: BenchmarkSpec, force: bool, filters=Non
 def filters_stage(dataset, spec: BenchmarkSpec, force: bool):
     from retbench.tasks.stages.filters import plan_filters
 
-    ref = plan_filters(dataset.path, dataset.key, spec.store_dir, force=force)
+    ref = plan_filters(dataset.path, dataset.collection_key, spec.store_dir, force=force)
     if ref is not None:
         log.info(f"{ref.queries} queries carry a metadata filter ({ref.groups} distinct filters)")
     return ref

@@ -13,6 +13,7 @@ of (current - reference) lies wholly below zero.
 """
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +36,10 @@ STAMP_TYPES = {"run_id": pl.String, "spec_name": pl.String, "spec_hash": pl.Stri
 KEY_TYPES = {"setting_key": pl.String, "setting": pl.String, "params": pl.String}
 PAIR_COLUMNS = [*KEY_TYPES, *SETTING]
 TREND_KEYS = ["finished_at", "run_id", "git_commit", "series", "dataset"]
+# Why a series starts: the key of the dataset as read from its files, and the judgments overlays
+# merged into it (JSON). Runs recorded before they were kept read as null (the reason is then
+# "the dataset changed").
+JUDGMENT_COLUMNS = {"dataset_base": pl.String, "judgments": pl.String}
 TESTED = "tested"
 CORRECTION = "holm"
 # Sign flips enough that the smallest attainable p (1 / (permutations + 1)) times the number of
@@ -74,7 +79,9 @@ def append_run(store: str | Path, run_id: str, manifest: dict, summary: pl.DataF
     # Typed explicitly: a None git_commit (spec outside a git repo) would otherwise be
     # stored as a Null column that cannot be read together with a String one.
     columns = [pl.lit(v, dtype=STAMP_TYPES.get(k)).alias(k) for k, v in stamp.items()]
-    summary = summary.with_columns(*columns, fingerprint=pl.col("provider").replace_strict(fingerprints, default=None))
+    judged = stamp_of(manifest)
+    summary = summary.with_columns(*columns, *[pl.lit(v, dtype=pl.String).alias(k) for k, v in judged.items()],
+                                   fingerprint=pl.col("provider").replace_strict(fingerprints, default=None))
     # Per-query values make the next run's paired comparison possible; the setting key pairs them.
     keys = [c for c in KEY_TYPES if c in per_query.columns]
     per_query = per_query.select(*keys, *SETTING, "query_id", "measure", "value").with_columns(*columns)
@@ -111,9 +118,44 @@ def runs_of(store: str | Path, spec_name: str) -> pl.DataFrame:
     history = load_summary_history(store, spec_name)
     if history.is_empty():
         return pl.DataFrame(schema={**{c: pl.String for c in RUN_COLUMNS}, "series": pl.Int64})
-    runs = history.select(RUN_COLUMNS).unique("run_id").sort("finished_at", "run_id")
+    history = history.with_columns(pl.lit(None, dtype=t).alias(c) for c, t in JUDGMENT_COLUMNS.items()
+                                   if c not in history.columns)
+    runs = history.select(*RUN_COLUMNS, *JUDGMENT_COLUMNS).unique("run_id").sort("finished_at", "run_id")
     changed = pl.col("dataset_hash").ne_missing(pl.col("dataset_hash").shift(1))
     return runs.with_columns(series=changed.cum_sum().cast(pl.Int64))
+
+
+def judgments_stamp(overlays: list[dict]) -> str:
+    """The overlays a run scored with (the manifest's dataset.overlays), as the history keeps them."""
+    return json.dumps([{k: o[k] for k in ("file", "sha256", "source", "judgments")} for o in overlays])
+
+
+def series_reason(before: dict, after: dict) -> str:
+    """Why the run `after` starts a new series after the run `before` (rows of runs_of): the
+    judgments overlays added or left out when the files' dataset is the same, else the key change."""
+    if _same_files(before, after):
+        had, has = (json.loads(row.get("judgments") or "[]") for row in (before, after))
+        had_sums, has_sums = {o["sha256"] for o in had}, {o["sha256"] for o in has}
+        told = [f"judgments overlay {_overlay(o)} added" for o in has if o["sha256"] not in had_sums]
+        told += [f"judgments overlay {_overlay(o)} no longer used" for o in had if o["sha256"] not in has_sums]
+        return "; ".join(told) or "the judgments overlays changed"
+    return f"dataset changed ({short_key(before.get('dataset_hash'))} -> {short_key(after.get('dataset_hash'))})"
+
+
+def _same_files(before: dict, after: dict) -> bool:
+    """Did both runs read the same dataset from its files (their judgments overlays aside)?"""
+    return bool(before.get("dataset_base")) and before.get("dataset_base") == after.get("dataset_base")
+
+
+def _overlay(o: dict) -> str:
+    return f"{o['file']} (source {o['source']}, {o['judgments']} judgments, sha256 {o['sha256'][:12]})"
+
+
+def series_starts(store: str | Path, spec_name: str) -> list[tuple[int, str, str]]:
+    """(series, first run id, why) for every series after the first."""
+    runs = runs_of(store, spec_name).to_dicts()
+    return [(after["series"], after["run_id"], series_reason(before, after))
+            for before, after in zip(runs, runs[1:]) if after["series"] != before["series"]]
 
 
 def per_query_of(store: str | Path, run_id: str) -> pl.DataFrame:
@@ -142,17 +184,30 @@ def previous_run_id(store: str | Path, spec_name: str, current_run_id: str) -> s
 
 
 def previous_in_series(store: str | Path, spec_name: str, current_run_id: str,
-                       dataset_key: str) -> tuple[str | None, str | None]:
+                       dataset_key: str, current: dict | None = None) -> tuple[str | None, str | None]:
     """(run to compare with, note): the newest earlier run of the spec when it ran on the same
-    data; (None, why not) when the data changed since; (None, None) when there is no earlier run."""
+    data; (None, why not) when the data changed since; (None, None) when there is no earlier run.
+    `current`: this run's dataset_base and judgments (JUDGMENT_COLUMNS), to say why."""
     earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
     if not earlier.height:
         return None, None
-    run_id, key = earlier.select("run_id", "dataset_hash").row(-1)
+    before = earlier.row(-1, named=True)
+    run_id, key = before["run_id"], before["dataset_hash"]
     if key == dataset_key:
         return run_id, None
-    return None, (f"dataset changed since run {run_id} ({short_key(key)} -> {short_key(dataset_key)}): "
-                  f"a new series starts; no regressions computed")
+    after = {**(current or {}), "dataset_hash": dataset_key}
+    if not _same_files(before, after):
+        return None, (f"dataset changed since run {run_id} ({short_key(key)} -> {short_key(dataset_key)}): "
+                      f"a new series starts; no regressions computed")
+    return None, (f"judgments changed since run {run_id} ({series_reason(before, after)}): a new series starts; "
+                  f"no regressions computed")
+
+
+def stamp_of(manifest: dict) -> dict:
+    """A manifest's JUDGMENT_COLUMNS values."""
+    dataset = manifest["dataset"]
+    return {"dataset_base": dataset.get("base_key") or dataset["content_hash"],
+            "judgments": judgments_stamp(dataset.get("overlays") or [])}
 
 
 def short_key(key: str | None) -> str:
@@ -169,14 +224,14 @@ def note(against: str, reference_run_id: str, status: str) -> pl.DataFrame:
 def regression_check(store: str | Path, spec_name: str, run_id: str, dataset_key: str, per_query: pl.DataFrame,
                      measures: list[str], previous: bool = True, baseline: str | None = None, min_queries: int = 20,
                      alpha: float = 0.05, resamples: int = 1000, permutations: int = 10000, seed: int = 0,
-                     level: float = 0.95) -> pl.DataFrame | None:
+                     level: float = 0.95, current: dict | None = None) -> pl.DataFrame | None:
     """The regressions table of run `run_id` (not yet recorded, or recorded: it is skipped): its
     per-query values against the previous run of the spec (when `previous`) and the `baseline`
     run, each only when it ran on the same data (`dataset_key`); a run it is not compared with
     gets a note row (measure null, `status` says why). None when there is no earlier run at all."""
     references, notes = [], []
     if previous:
-        earlier, changed = previous_in_series(store, spec_name, run_id, dataset_key)
+        earlier, changed = previous_in_series(store, spec_name, run_id, dataset_key, current)
         if changed:
             notes.append(note("previous", previous_run_id(store, spec_name, run_id), changed))
         if earlier:

@@ -13,6 +13,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, field_validator,
                       model_validator)
 
+from retbench.tasks.config.judgments import JudgmentsSpec
 from retbench.tasks.config.measurement import PricingSpec
 from retbench.tasks.config.measures import canonical_measure, default_measures, default_primary_measure
 from retbench.tasks.config.sections import SpecSection, spec_sections
@@ -220,6 +221,8 @@ class _BenchmarkSpecBase(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
+    judgments: JudgmentsSpec = Field(default_factory=JudgmentsSpec, description="the judgments a run scores with: the "
+                                     "dataset's own, or also the overlays `retbench judge import` added")
     chunking: Annotated[Union[Annotated[ChunkingSpec, Tag(_ONE)], Annotated[list[ChunkingVariantSpec], Tag(_MANY)]],
                         Discriminator(lambda v: _MANY if isinstance(v, list) else _ONE)] = Field(
         default_factory=ChunkingSpec,

@@ -1,4 +1,5 @@
-"""The report's "Data audit" section, from manifest.json: texts cut at a provider's input window,
+"""The report's "Data audit" section, from manifest.json: where the judgments came from (the dataset
+or overlays imported with `retbench judge import`), texts cut at a provider's input window,
 duplicate documents, language labels, zero-width joiners and control characters replaced at load."""
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ def data_audit_section(inputs: ReportInputs) -> Section | None:
         return None
     manifest = json.loads(path.read_text(encoding="utf-8"))
     truncation, audit = manifest.get("truncation") or [], manifest.get("data_audit")
-    if not truncation and not audit:
+    dataset = manifest.get("dataset") or {}
+    judged = bool(dataset.get("overlays") or dataset.get("overlays_unused"))
+    if not truncation and not audit and not judged:
         return None
     section = Section("Data audit", "data-audit")
+    if judged:
+        _judgments(section, dataset)
     if truncation:
         _truncation(section, truncation)
     if audit:
@@ -28,6 +33,32 @@ def data_audit_section(inputs: ReportInputs) -> Section | None:
         if "controls" in audit:  # manifests written before it was counted have none
             _controls(section, audit["controls"])
     return section
+
+
+def _judgments(section: Section, dataset: dict) -> None:
+    """How many judgments came from which source: the dataset's own, and each overlay merged in."""
+    listed = dataset.get("overlays") or []
+    files = [o["file"] for o in listed]
+    # Named as judgments_from names them: the file, with its sha256's start when two share a name.
+    overlays = {o["file"] if files.count(o["file"]) == 1 else f"{o['file']}@{o['sha256'][:8]}": o for o in listed}
+    counted = [(label, n) for label, n in dataset.get("judgments_from") or []]
+    if overlays:
+        section.paragraph(f"Judgments scored: {dataset.get('judgments')}, of which "
+                          + ", ".join(f"{n} from the dataset's own judgments" if label not in overlays else
+                                      f"{n} from {overlays[label]['source']} (overlay {label})" for label, n in counted)
+                          + ". Overlays are added with retbench judge import and kept in the store; the dataset's "
+                            "files are unchanged (a pair judged in both takes the overlay's grade only when it was "
+                            "imported with --override).")
+        section.table(pl.DataFrame({
+            "overlay": list(overlays), "source": [o["source"] for o in overlays.values()],
+            "judgments": [o["judgments"] for o in overlays.values()],
+            "overrides": [o["overrides"] for o in overlays.values()],
+            "imported_at": [o["imported_at"] for o in overlays.values()],
+            "sha256": [o["sha256"][:12] for o in overlays.values()]}))
+    unused = dataset.get("overlays_unused") or 0
+    if unused:
+        section.paragraph(f"{unused} judgments overlay(s) imported for this dataset are not scored with "
+                          f"(the spec's judgments key leaves them out).")
 
 
 def _truncation(section: Section, rows: list[dict]) -> None:

@@ -45,7 +45,7 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         store, spec.name, run_id, manifest["dataset"]["content_hash"], per_query, settings.measures,
         previous=settings.enabled, baseline=settings.baseline_run, min_queries=settings.min_queries,
         alpha=1 - stats.confidence, resamples=stats.resamples, permutations=stats.permutations, seed=stats.seed,
-        level=stats.confidence)
+        level=stats.confidence, current=history.stamp_of(manifest))
     regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
 
     if settings.enabled:

@@ -25,6 +25,9 @@ def preflight(spec: BenchmarkSpec, create_folders: bool = True) -> tuple[Dataset
     require_devices(spec)
     check_inputs(spec, create_folders=create_folders)
     dataset, key = validated_dataset(spec)
+    from retbench.tasks.stages.judgments import check_choice
+
+    check_choice(spec, dataset, key)  # judgments.overlays naming an overlay the store does not hold
     id_problems = provider_id_problems(spec, dataset)
     if id_problems:
         raise SpecError(f"the vectors do not fit the dataset:\n" + "\n".join(f"  {line}" for line in id_problems))

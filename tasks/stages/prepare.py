@@ -40,10 +40,22 @@ class DatasetRef(StageResult):
     notes: tuple[str, ...]
     unjudged_queries: tuple[str, ...] = ()  # ids of queries dropped for having no judgments
     files: tuple[str, ...] = ()  # the stored tables, the folder's metadata file last
+    # With judgments overlays merged (tasks/stages/judgments.py), `key` is the merged dataset's and
+    # `base_key` the key of the dataset as read from its files; else both are the same.
+    base_key: str = ""
+    overlays: tuple = ()  # the Overlay records merged into the judgments, in import order
+    judgments_from: tuple[tuple[str, int], ...] = ()  # (source: "dataset" or an overlay's file, judgments)
+    overlays_unused: int = 0  # overlays imported for the dataset that the spec's `judgments:` leaves out
 
     @property
     def content_hash(self) -> str:
         return self.key
+
+    @property
+    def collection_key(self) -> str:
+        """The key of the dataset as read from its files: chunks, filters and runs are keyed by it,
+        so judgments added as overlays never make a run search again."""
+        return self.base_key or self.key
 
     @property
     def corpus_path(self) -> str:
@@ -212,7 +224,7 @@ def chunk_dataset(dataset: DatasetRef, spec: BenchmarkSpec, force: bool = False,
     """Chunks of the corpus under `variant` (a ChunkingVariantSpec; default: the spec's first config)."""
     variant = variant or spec.chunking_variants[0]
     config = ChunkConfig(**variant.model_dump(exclude={"name"}))
-    key, path = chunks_address(spec.store_dir, dataset.key, config)
+    key, path = chunks_address(spec.store_dir, dataset.collection_key, config)
 
     def build(tmp: str) -> None:
         corpus = load_saved_dataset(dataset.path).corpus

@@ -114,8 +114,11 @@ def hybrid_stage(system, setting: Setting, inputs: list[StageInput], dataset, st
 
     fusion = system.fusion
     paths = [i.path for i in inputs]
+    # An alpha chosen on the dev split depends on the judgments; a fixed alpha or RRF does not
+    # (a judgments overlay must not make them fuse again).
+    judged = fusion.method != "rrf" and fusion.alpha is None
     key = stable_hash("hybrid-v1", *[Path(p).name for p in paths], system.name,
-                      fusion.model_dump(mode="json"), depth, dataset.key)
+                      fusion.model_dump(mode="json"), depth, dataset.key if judged else dataset.collection_key)
     path = Path(store) / "runs" / f"{key}.parquet"
     label = setting.index
 

@@ -143,18 +143,19 @@ def build_folder_once(
     *,
     parse: Callable[[Path], object] | None = None,
     force: bool = False,
+    work: bool = True,
 ) -> Built:
     """`build_once` for an artifact made of several files: `build(tmp_folder)` writes `files`
     (the last one named is the folder's metadata, e.g. dataset.json) into a temporary folder,
     which gets checksums and is renamed into place whole. A folder with a damaged or missing
-    file is quarantined and rebuilt."""
+    file is quarantined and rebuilt. `work=False`: not refused by `cached_only()` (as build_once)."""
     folder = Path(folder)
     started = time.perf_counter()
     with file_lock(lock_for(folder)):
         intact = all(verify(folder / name, store, None if name.endswith(".json") else parse) for name in files)
         computed = force or not intact
         if computed:
-            if not force:
+            if work and not force:
                 need_work(f"build {folder}")
             tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp"
             try:

@@ -85,7 +85,7 @@ def test_a_spec_with_several_errors_is_still_one_line(tmp_path, prefect_home):
     done = retbench("run", tmp_path / "spec.yaml", cwd=tmp_path, prefect_home=prefect_home)
     assert (done.returncode, done.stderr) == (2, (
         f"retbench: {tmp_path / 'spec.yaml'}: invalid benchmark spec: k: k must be a non-empty list of "
-        "positive integers; bogus: unknown key (expected one of: name, dataset, chunking, queries, providers, indexes, k, "
+        "positive integers; bogus: unknown key (expected one of: name, dataset, judgments, chunking, queries, providers, indexes, k, "
         "depth, output_dir, store_dir, store_mirror, history, statistics, lexical, rerankers, systems, report, plugins, "
         "python_path, filter_sweep, latency, sweep, verdict)\n"))
 

@@ -188,9 +188,10 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     if unfiltered is not None and unfiltered.height:
         scored = pl.concat([scored, unfiltered.select(columns)])
         base_cost = costs.filter((pl.col("setting") == baseline) & (pl.col("params") == NO_PARAMS))
-        # Same embeddings and index: no dollar or byte added; the filtered search was not timed apart.
+        # Same embeddings and index: no dollar or byte added; the latency differs by the search alone.
         costs = pl.concat([costs, base_cost.with_columns(setting=pl.lit(baseline + UNFILTERED),
-                                                         query_p50_ms=pl.lit(None, pl.Float64))])
+                                                         query_p50_ms=_unfiltered_p50(output_dir, base_cost,
+                                                                                      spec.providers[0].name))])
     stats = spec.statistics
     ladder = ladder_table(scored, costs, kept, baseline, measure, resamples=stats.resamples,
                           permutations=stats.permutations, seed=stats.seed, level=stats.confidence,
@@ -215,6 +216,23 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     paths = write_tables(output_dir, written)
     paths["ladder_csv"] = str(write_text(output_dir / "ladder.csv", ladder.write_csv()))
     return paths
+
+
+def _unfiltered_p50(output_dir: Path, base_cost: pl.DataFrame, provider: str) -> pl.Expr:
+    """The baseline's query p50 with its search timed without the metadata filters (the search
+    latency stage's `dense-unfiltered` row): its filtered p50 minus the filtered search plus the
+    unfiltered one; null when either search was not timed."""
+    from retbench.tasks.stages.search_latency import UNFILTERED as KIND
+
+    measured = read_table(output_dir, "search_latency")
+    query = base_cost["query_p50_ms"][0] if base_cost.height else None
+    if measured is None or query is None:
+        return pl.lit(None, pl.Float64)
+    flat = measured.filter((pl.col("provider") == provider) & (pl.col("index") == "flat") & pl.col("nprobe").is_null())
+    times = dict(flat.select("kind", "search_p50_ms").iter_rows())
+    if times.get("dense") is None or times.get(KIND) is None:
+        return pl.lit(None, pl.Float64)
+    return pl.lit(query - times["dense"] + times[KIND], pl.Float64)
 
 
 # --- words ----------------------------------------------------------------------------------------

@@ -210,7 +210,9 @@ def system_totals(table: pl.DataFrame, system_runs: list, systems: pl.DataFrame 
     when the reranker was timed, else unknown). Sums of percentiles: at most a slight overestimate
     of the percentile of the sum. The p95 band of a sum is the sum of the bands."""
     columns = ("search_p50_ms", "search_p95_ms", "search_p95_low", "search_p95_high")
-    known = {(r["provider"], r["index"], r["nprobe"]): r for r in table.iter_rows(named=True) if r["kind"] != "fusion"}
+    # A stage as served: a filtered dataset's dense row with its filters (not `dense-unfiltered`).
+    known = {(r["provider"], r["index"], r["nprobe"]): r for r in table.iter_rows(named=True)
+             if r["kind"] in ("dense", "bm25")}
     fusion = {r["provider"]: r for r in table.iter_rows(named=True) if r["kind"] == "fusion"}
     added = {r["system"]: r for r in systems.iter_rows(named=True)} if systems is not None else {}
     rows = []

@@ -68,6 +68,9 @@ def test_every_setting_has_a_search_p50_without_a_sweep(run):
     # The hybrid searches both its stages and fuses them.
     assert got[("hybrid", "rrf", None)]["search_p50_ms"] == pytest.approx(
         bm25["search_p50_ms"] + flat["search_p50_ms"] + fusion["search_p50_ms"])
+    # ... and its row in search_latency says the same (the filtered flat search, as served).
+    total = measured.filter(pl.col("kind") == "system").row(0, named=True)
+    assert total["search_p50_ms"] == pytest.approx(got[("hybrid", "rrf", None)]["search_p50_ms"])
 
 
 def test_the_ladder_ranks_on_the_measured_latency(run):

@@ -487,3 +487,16 @@ def report_stage(spec: BenchmarkSpec, run_id: str, sections: tuple = ()):
     if published.regressions:
         log.warning(f"{published.regressions} regression(s) against {published.previous_run or ''} {published.baseline_run or ''}")
     return published
+
+
+def search_latency_stage(runs: list, built, doc_set, query_set, chunks, dataset, spec: BenchmarkSpec, filters,
+                         remeasure: bool, label: str) -> str:
+    """Search latency of one index's runs, one test query at a time (tasks/stages/search_latency.py);
+    the table's path (output_dir/search_latency/<label>.parquet)."""
+    from retbench.tasks.stages.search_latency import dense_search_latency
+    from retbench.tasks.store.files import write_parquet
+
+    rows = [dense_search_latency(run, built, doc_set, query_set, chunks.path, spec.depth, dataset.queries_path,
+                                 Path(spec.store_dir), filters.path if filters else None, remeasure) for run in runs]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+    return str(write_parquet(pl.concat(rows), Path(spec.output_dir) / "search_latency" / f"{safe}.parquet"))

@@ -10,7 +10,7 @@ import polars as pl
 from retbench.tasks.stage_calls import (buried_stage, cheaper_variants_stage, chunk_stage, embed_finish_stage, embed_part_stage,
                                embed_plan_stage, filtered_ann_stage, filters_stage, finetune_stage, finetune_tables_stage,
                                index_stage, latency_stage, ledger_tables, load_dataset_stage, query_variant_stage,
-                               report_stage, retrieve_stage, score_stage, sweep_stage)
+                               report_stage, retrieve_stage, score_stage, search_latency_stage, sweep_stage)
 from retbench.tasks.stage_calls import clipping_stage, data_audit_stage
 from retbench.tasks.reporting.data_audit_section import data_audit_section
 from retbench.tasks.side_stages import ladder
@@ -70,6 +70,42 @@ def _sweep_tables(run: Produced) -> dict[str, str]:
     from retbench.tasks.stages.sweep import write_sweep_tables
 
     return write_sweep_tables(results, Path(run.spec.output_dir))
+
+
+def _search_latency(run: Produced) -> list:
+    """One call per index searched by the retrieve stage (its runs: one per query-parameter set)."""
+    indexed = [(s, index_settings, built) for s in run.settings
+               for index_settings, built in zip(run.plans[s.chunking].settings, run.indexes[(s.provider, s.chunking)])]
+    return [run.runner.submit("retrieve", search_latency_stage, group, built, run.doc_sets[(s.provider, s.chunking)],
+                              run.query_sets[(s.provider, s.query_variant)], run.chunk_refs[s.chunking], run.dataset,
+                              run.spec, run.filters, run.selection.remeasure, f"{s.label}-{index_settings.kind}",
+                              label=f"search-latency-{s.label}-{index_settings.kind}")
+            for (s, index_settings, built), group in zip(indexed, run.retrieved)]
+
+
+def _search_latency_tables(run: Produced) -> dict[str, str]:
+    """search_latency.parquet: the dense rows, then each BM25 stage's and hybrid's own step timed
+    the same way, then every system's total (tasks/stages/search_latency.py)."""
+    from retbench.tasks.reporting import tables as report
+    from retbench.tasks.stages.search_latency import bm25_search_latency, fusion_latency, system_totals
+
+    parts = [pl.read_parquet(p) for p in run.results_of("search-latency")]
+    store, queries, remeasure = Path(run.spec.store_dir), run.dataset.queries_path, run.selection.remeasure
+    lexical = {entry.name: entry for entry in run.spec.lexical}
+    systems = {entry.name: entry for entry in run.spec.systems}
+    paths = {(r.provider, r.index, r.nprobe): r.path for r in run.runs}
+    paths |= {(s.system, s.index, s.nprobe): s.path for s in run.system_runs}
+    for s in run.system_runs:
+        if s.kind == "bm25" and s.system in lexical:
+            parts.append(bm25_search_latency(s, lexical[s.system], run.spec.depth, queries, store, remeasure))
+        elif s.kind == "hybrid" and s.system in systems and all(i in paths for i in s.inputs):
+            parts.append(fusion_latency(s, systems[s.system].fusion, [paths[i] for i in s.inputs], queries, store,
+                                        remeasure))
+    if not parts:
+        return {}
+    table = pl.concat(parts)
+    added = pl.read_parquet(run.tables["systems"]) if "systems" in run.tables else None
+    return report.write_tables(Path(run.spec.output_dir), {"search_latency": system_totals(table, run.system_runs, added)})
 
 
 def _buried_on(spec) -> bool:
@@ -151,6 +187,9 @@ SIDE_STAGES = [
               tables=("filtered_ann",), shown_in=("variants",)),
     SideStage("ledger", "score", write=_ledger, tables=("cost", "storage", "latency"), shown_in=("tables",)),
     SideStage("systems", "score", write=_systems_tables, tables=("systems", "rerank_cost")),
+    # After the systems' table (a reranker's scoring latency); before the ladder, which ranks on it.
+    SideStage("search-latency", "retrieve", _search_latency, _search_latency_tables, runs_with="score",
+              tables=("search_latency",), shown_in=("tables",)),
     SideStage("finetune-tables", "score", write=_finetune_tables,
               tables=("finetune_training", "finetune_training_csv", "finetune_loss", "finetune_verdict", "finetune_verdict_csv"),
               shown_in=("finetune",)),

@@ -52,6 +52,10 @@ LADDER_SCHEMA = {
     # One-time costs of trying the step (null: unknown): corpus texts it must embed anew and
     # their price, and training seconds (a fine-tune's).
     "once_texts_to_embed": pl.Int64, "once_embed_usd": pl.Float64, "once_train_seconds": pl.Float64,
+    # Whether trying it means building an index the baseline does not have (null: unknown).
+    "once_index_to_build": pl.Boolean,
+    # The search part of added_query_p50_ms (shown when the embedding part is not measured).
+    "added_search_p50_ms": pl.Float64,
 }
 COST_COLUMNS = ("usd_per_1k_queries", "query_p50_ms", "index_bytes")
 
@@ -151,7 +155,10 @@ def _once(step: Step, cost: dict) -> dict:
     else:
         texts = usd = None
     train = cost.get("train_seconds") if step.kind == "finetuned" else 0.0
-    return {"once_texts_to_embed": texts, "once_embed_usd": usd, "once_train_seconds": train}
+    # A hybrid's own row does not say whether its stages' indexes exist already: unknown.
+    index = False if step.kind in EMBEDS_NOTHING and not bm25 else None if step.kind == "hybrid" and not bm25 else True
+    return {"once_texts_to_embed": texts, "once_embed_usd": usd, "once_train_seconds": train,
+            "once_index_to_build": index}
 
 
 def _per(gain: float | None, added) -> float | None:
@@ -199,7 +206,7 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
     per added dollar; `recommended` marks the cheapest step with a significant test gain.
 
     per_query: setting, [params,] query_id, measure, value, split. costs: setting, [params,]
-    usd_per_1k_queries, query_p50_ms, index_bytes (null: not measured). A step whose setting has
+    usd_per_1k_queries, query_p50_ms, index_bytes (null: not measured), [search_p50_ms]. A step whose setting has
     no per-query row is refused: the ladder must list every intervention it was given.
 
     When per_query also scores judged@k and ndcg_condensed@k (at the measure's cutoff), each step
@@ -252,9 +259,20 @@ def ladder_table(per_query: pl.DataFrame, costs: pl.DataFrame, steps: list[Step]
             "gain_vs_recommended": None, "gain_vs_recommended_ci_low": None, "gain_vs_recommended_ci_high": None,
             "gain_vs_recommended_p_value": None, "gains_more_than_recommended": None,
             **_once(step, cost_rows.get(key, {})),
+            "added_search_p50_ms": _added(cost_rows, key, reference, "search_p50_ms"),
         })
     table = pl.DataFrame(out, schema=LADDER_SCHEMA, orient="row")
-    chosen = recommendation(table)
+    by_key = {(s.setting, s.params): s for s in steps}
+
+    def different(a: dict, b: dict) -> tuple[bool, float] | None:
+        """Whether two steps' test gains differ significantly (either way), paired over the test queries."""
+        versus = _gain_versus(per_query, by_key[(a["setting"], a["params"])], by_key[(b["setting"], b["params"])], base,
+                              measure, resamples, permutations, seed, level)
+        if versus is None:
+            return None
+        return versus["p_value"] < alpha and (versus["ci_low"] > 0 or versus["ci_high"] < 0), versus["p_value"]
+
+    chosen = recommendation(table, different)
     if chosen is None:
         return table
     pick, basis = chosen
@@ -300,13 +318,25 @@ def _gain_versus(per_query: pl.DataFrame, step: Step, pick: Step, baseline: tupl
     return {"diff": row["diff"], "ci_low": row["ci_low"], "ci_high": row["ci_high"], "p_value": row["p_value"]}
 
 
-def recommendation(ladder: pl.DataFrame) -> tuple[dict, str] | None:
+def recommendation(ladder: pl.DataFrame, different=None) -> tuple[dict, str] | None:
     """The step to try first among those with a significant test gain, and what chose it.
 
     The cost axes (added dollars, then milliseconds, then bytes) rank the steps in turn, each only
     when it is measured for every one of them: an unmeasured cost is unknown, never cheaper nor
-    costlier, so an axis with a hole separates nothing. Steps the measured axes leave tied go by
-    the order of effort (the ladder's order: chunking first, fine-tuning last)."""
+    costlier, so an axis with a hole separates nothing. Among steps the per-query axes leave tied,
+    the one-time costs (embedding dollars, texts to embed anew, training seconds, an index to
+    build; each known for all of them) prefer the smaller, but only when `different` (two ladder
+    rows -> (their test gains differ significantly, p), or None: not comparable) says the kept
+    steps' gains are not significantly different from the dropped ones'. What is still tied goes
+    by the order of effort (the ladder's order: chunking first, fine-tuning last).
+
+    Without `different`, a ladder table that already names its recommended step (ladder_table's)
+    gives that step and its recorded reason."""
+    if different is None and "recommended_by" in ladder.columns:
+        stored = ladder.filter(pl.col("recommended").fill_null(False) & pl.col("recommended_by").is_not_null())
+        if stored.height == 1:
+            row = stored.row(0, named=True)
+            return row, row["recommended_by"]
     rows = list(ladder.filter(pl.col("test_significant").fill_null(False)).sort("step").iter_rows(named=True))
     if not rows:
         return None
@@ -328,8 +358,47 @@ def recommendation(ladder: pl.DataFrame) -> tuple[dict, str] | None:
     unmeasured = f" ({'; '.join(unknown)})" if unknown else ""
     if len(rows) == 1:
         return rows[0], " then ".join(decided) + unmeasured
+    once = _once_decides(rows, different)
+    if once is not None:
+        rows, words = once
+        lead = " then ".join(decided) + " then " if decided else "no measured per-query cost separating them, "
+        if len(rows) == 1:
+            return rows[0], f"{lead}{words}{unmeasured}"
+        decided.append(words)
     why = "no measured cost separates them" if not decided else f"after {' then '.join(decided)}, no measured cost separates them"
     return rows[0], f"{EFFORT}, since {why}{unmeasured}"
+
+
+# The one-time costs a recommendation may weigh, in order: a column of the ladder, its words, and
+# how a value reads.
+ONCE_AXES = (("once_embed_usd", "embedding dollars", lambda v: f"${v:,.4f}"),
+             ("once_texts_to_embed", "texts to embed anew", lambda v: f"{v:,}"),
+             ("once_train_seconds", "seconds of training", lambda v: f"{v:,.0f}"),
+             ("once_index_to_build", "an index to build", lambda v: "yes" if v else "no"))
+
+
+def _once_decides(rows: list[dict], different) -> tuple[list[dict], str] | None:
+    """(the rows with the smallest one-time cost on the first axis known for all that separates
+    them, the words why), when their test gains are not significantly different from every
+    dropped row's; None when no one-time cost may decide."""
+    for column, words, shown in ONCE_AXES:
+        values = [r.get(column) for r in rows]
+        if any(v is None for v in values):
+            continue
+        low = min(values)
+        kept = [r for r in rows if r[column] == low]
+        if len(kept) == len(rows):
+            continue
+        if different is None:
+            return None
+        dropped = [r for r in rows if r[column] != low]
+        tests = [different(k, d) for k in kept for d in dropped]
+        if any(t is None or t[0] for t in tests):
+            return None  # a larger gain (or one not comparable) is not traded for a smaller one-time cost
+        names = ", ".join(f"{shown(d[column])} for {d['setting']}" for d in dropped)
+        return kept, (f"the smaller one-time cost ({words}: {shown(low)} against {names}), as their test gains are "
+                      f"not significantly different (p {min(t[1] for t in tests):.3g} or more)")
+    return None
 
 
 def cheapest_helpful(ladder: pl.DataFrame) -> dict | None:

@@ -22,7 +22,7 @@ NEXT_SCHEMA = {"try_next": pl.String, "evidence": pl.String, "sentence": pl.Stri
 SHOWN = ("step", "intervention", "setting", "change", "baseline", "test_n", "test_baseline", "test_baseline_judged",
          "test_value", "test_judged", "test_gain", "test_condensed_gain",
          "test_ci_low", "test_ci_high", "test_p_value", "dev_gain", "dev_p_value", "dev_gain_held_on_test",
-         "added_usd_per_1k_queries", "added_query_p50_ms", "added_index_bytes", "gain_per_added_ms",
+         "added_usd_per_1k_queries", "added_query_p50_ms", "added_search_p50_ms", "added_index_bytes", "gain_per_added_ms",
          "gain_per_added_usd", "recommended")
 # The report's headers: words for the columns of ladder.parquet (the file keeps its names, which
 # docs/reference/tables.md documents); a reader of the report should not need that page.
@@ -32,6 +32,7 @@ HEADERS = {"step": "step", "intervention": "intervention", "setting": "setting",
            "test_ci_high": "gain on test, 95% CI high", "test_p_value": "p on test", "dev_gain": "gain on {tuning}",
            "dev_p_value": "p on {tuning}", "dev_gain_held_on_test": "{tuning} gain held on test",
            "added_usd_per_1k_queries": "added $ per 1,000 queries", "added_query_p50_ms": "added p50 ms per query",
+           "added_search_p50_ms": "of which search, added p50 ms",
            "added_index": "added index size", "gain_per_added_ms": "gain per added ms",
            "gain_per_added_usd": "gain per added $", "recommended": "recommended",
            # {judged}: the judged@k the run scored (judged_measure), so the header names its cutoff.
@@ -96,7 +97,7 @@ def ladder_costs(output_dir: Path, measure: str, per_query: pl.DataFrame, varian
     index with the same model, so it costs the same; a chunking variant's flat index and exact
     search grow with its number of chunks, so both are its baseline's scaled by that ratio."""
     table = settings_table(output_dir, measure).select("provider", "index", "nprobe", "usd_per_1k_queries",
-                                                       "query_p50_ms", "index_bytes")
+                                                       "query_p50_ms", "index_bytes", "search_p50_ms")
     table = table.join(_one_time(output_dir), on="provider", how="left")
     keys = per_query.select("setting", "params", "provider", "index", "nprobe").unique(maintain_order=True)
     costs = keys.join(table, on=["provider", "index", "nprobe"], how="left", nulls_equal=True)
@@ -111,11 +112,12 @@ def ladder_costs(output_dir: Path, measure: str, per_query: pl.DataFrame, varian
             row = {**row,
                    "usd_per_1k_queries": _first(row["usd_per_1k_queries"], base["usd_per_1k_queries"]),
                    "query_p50_ms": _first(row["query_p50_ms"], _scaled(base["query_p50_ms"], scale)),
+                   "search_p50_ms": _first(row["search_p50_ms"], _scaled(base["search_p50_ms"], scale)),
                    "index_bytes": _first(row["index_bytes"], _scaled(base["index_bytes"], scale, integer=True))}
         rows.append(row)
     return pl.DataFrame(rows, schema=costs.schema, orient="row").select(
         "setting", "params", "usd_per_1k_queries", "query_p50_ms", "index_bytes", "corpus_texts", "corpus_usd",
-        "train_seconds")
+        "train_seconds", "search_p50_ms")
 
 
 def _one_time(output_dir: Path) -> pl.DataFrame:
@@ -188,9 +190,11 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     if unfiltered is not None and unfiltered.height:
         scored = pl.concat([scored, unfiltered.select(columns)])
         base_cost = costs.filter((pl.col("setting") == baseline) & (pl.col("params") == NO_PARAMS))
-        # Same embeddings and index: no dollar or byte added; the filtered search was not timed apart.
+        # Same embeddings and index: no dollar or byte added; the latency differs by the search alone.
+        search, query = _unfiltered_p50(output_dir, base_cost, spec.providers[0].name)
         costs = pl.concat([costs, base_cost.with_columns(setting=pl.lit(baseline + UNFILTERED),
-                                                         query_p50_ms=pl.lit(None, pl.Float64))])
+                                                         query_p50_ms=pl.lit(query, pl.Float64),
+                                                         search_p50_ms=pl.lit(search, pl.Float64))])
     stats = spec.statistics
     ladder = ladder_table(scored, costs, kept, baseline, measure, resamples=stats.resamples,
                           permutations=stats.permutations, seed=stats.seed, level=stats.confidence,
@@ -217,6 +221,23 @@ def write_ladder(spec, tables: dict[str, str], unfiltered: pl.DataFrame | None =
     return paths
 
 
+def _unfiltered_p50(output_dir: Path, base_cost: pl.DataFrame, provider: str) -> tuple[float | None, float | None]:
+    """(search p50, query p50) of the baseline searched without the metadata filters: the search
+    latency stage's `dense-unfiltered` row, and the baseline's query p50 with its filtered search
+    swapped for it; None where not timed."""
+    from retbench.tasks.stages.search_latency import UNFILTERED as KIND
+
+    measured = read_table(output_dir, "search_latency")
+    if measured is None or not base_cost.height:
+        return None, None
+    flat = measured.filter((pl.col("provider") == provider) & (pl.col("index") == "flat") & pl.col("nprobe").is_null())
+    times = dict(flat.select("kind", "search_p50_ms").iter_rows())
+    search, filtered, query = times.get(KIND), times.get("dense"), base_cost["query_p50_ms"][0]
+    if search is None or filtered is None or query is None:
+        return search, None
+    return search, query - filtered + search
+
+
 # --- words ----------------------------------------------------------------------------------------
 
 
@@ -227,8 +248,12 @@ def _gain(row: dict) -> str:
 
 def _adds(row: dict) -> str:
     usd, ms, size = row["added_usd_per_1k_queries"], row["added_query_p50_ms"], row["added_index_bytes"]
+    search = row.get("added_search_p50_ms")
+    unknown = ("latency not measured" if search is None else
+               f"query latency unknown (the embedding was not timed: no latency section), search "
+               f"{'+' if search >= 0 else '-'}{fmt_ms(abs(search))} p50")
     parts = ["no dollar figure (a setting without a price)" if usd is None else f"{'+' if usd >= 0 else '-'}{fmt_usd(abs(usd))} per 1,000 queries",
-             "latency not measured" if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
+             unknown if ms is None else f"{'+' if ms >= 0 else '-'}{fmt_ms(abs(ms))} p50 per query",
              "size not measured" if size is None else f"{'+' if size >= 0 else '-'}{fmt_bytes(abs(size))} of index"]
     return ", ".join(parts)
 
@@ -303,6 +328,11 @@ def _once_words(row: dict) -> str:
         parts.append("training time unknown")
     elif train > 0:
         parts.append(f"{train:,.0f} s of training")
+    index = row.get("once_index_to_build", False)  # absent from ladder tables written before it
+    if index is None:
+        parts.append("whether an index must be built unknown")
+    elif index:
+        parts.append("an index to build")
     return "; once: " + ", ".join(parts)
 
 
@@ -375,7 +405,11 @@ def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
                        "The added columns: the step's cost minus the baseline's (USD per 1,000 queries, p50 query "
                        "latency, index size; empty: not measured, so unknown, neither cheaper nor costlier); "
                        "recommended: among the significant test gains, the fewest added dollars, then ms, then bytes, "
-                       "each axis used only when measured for all of them, then the order of effort.")
+                       "each axis used only when measured for all of them; among steps still tied whose gains are not "
+                       "significantly different, the smaller one-time cost (embedding dollars, texts to embed anew, "
+                       "training seconds, an index to build); then the order of effort. Search latency: each setting's "
+                       "held-out test queries searched one at a time (at most 200, after 10 warm-up searches), or the "
+                       "ANN sweep's single-thread figure where it timed the setting.")
     table(section, _shown(ladder))
     unplotted = [f"{r['step']}. {r['setting']} ({r['intervention']})"
                  for r in ladder.filter(pl.col("added_query_p50_ms").is_null()).iter_rows(named=True)]

@@ -68,17 +68,30 @@ def _band(value, low, high) -> tuple:
     return value / UNMEASURED_NOISE_FACTOR, value * UNMEASURED_NOISE_FACTOR
 
 
-def _search_latency(settings: pl.DataFrame, sweep: pl.DataFrame | None, storage: pl.DataFrame | None) -> pl.DataFrame:
+def _timed(measured: pl.DataFrame | None, kind: str) -> dict:
+    """(provider, index, nprobe) -> (p50, p95, p95 low, p95 high) of search_latency.parquet's rows
+    of `kind` (dense, bm25, fusion) that were timed."""
+    if measured is None or measured.is_empty():
+        return {}
+    rows = measured.filter((pl.col("kind") == kind) & pl.col("search_p50_ms").is_not_null())
+    return {(p, i, n): tuple(t) for p, i, n, *t in rows.select(
+        *SETTING, "search_p50_ms", "search_p95_ms", "search_p95_low", "search_p95_high").rows()}
+
+
+def _search_latency(settings: pl.DataFrame, sweep: pl.DataFrame | None, storage: pl.DataFrame | None,
+                    measured: pl.DataFrame | None = None) -> pl.DataFrame:
     """One-query search time (single thread) from the ANN sweep, for the settings it measured:
     flat, and IVF at the same nlist (read from the index file name) and nprobe; with the p95's
-    noise band when the sweep kept one."""
+    noise band when the sweep kept one. Every other setting takes the search latency stage's
+    figure (`measured`: search_latency.parquet, the test queries one at a time), so a run
+    without `sweep:` still has one; the sweep's wins where both timed the same setting."""
     nlists = {}
     if storage is not None and storage.height:
         for provider, name in storage.select("provider", "index").rows():
             found = _NLIST.search(name or "")
             if found and name.startswith("ivf"):
                 nlists[provider] = int(found.group(1))
-    measured = {}
+    swept = {}
     if sweep is not None and "p50_ms_single_thread" in sweep.columns:
         if "p95_ms_single_thread_low" not in sweep.columns:  # a sweep table written before the band was kept
             sweep = sweep.with_columns(p95_ms_single_thread_low=pl.lit(None, pl.Float64),
@@ -88,12 +101,13 @@ def _search_latency(settings: pl.DataFrame, sweep: pl.DataFrame | None, storage:
                 "p95_ms_single_thread", "p95_ms_single_thread_low", "p95_ms_single_thread_high").rows():
             build, query = json.loads(build or "{}"), json.loads(query or "{}")
             if kind == "flat":
-                measured[(provider, "flat", None)] = tuple(timing)
+                swept[(provider, "flat", None)] = tuple(timing)
             elif kind == "ivf" and build.get("nlist") == nlists.get(provider) and "nprobe" in query:
-                measured[(provider, "ivf", int(query["nprobe"]))] = tuple(timing)
+                swept[(provider, "ivf", int(query["nprobe"]))] = tuple(timing)
+    timed = _timed(measured, "dense")
     out = []
     for key in settings.select(SETTING).rows():
-        p50, p95, low, high = measured.get(key, (None, None, None, None))
+        p50, p95, low, high = swept.get(key) or timed.get(key) or (None, None, None, None)
         out.append((*key, p50, p95, *_band(p95, low, high), low is not None))
     return pl.DataFrame(out, schema={"provider": pl.String, "index": pl.String, "nprobe": pl.Int64,
                                      "search_p50_ms": pl.Float64, "search_p95_ms": pl.Float64,
@@ -116,7 +130,8 @@ def _embed_latency(table: pl.DataFrame, latency: pl.DataFrame | None) -> pl.Data
     return table.join(frame, on="provider", how="left")
 
 
-def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.DataFrame:
+def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None,
+                       measured: pl.DataFrame | None = None) -> pl.DataFrame:
     """Latency and cost of the BM25, hybrid and reranked settings (systems.parquet), made of their
     stages': a system embeds what its dense stages embed, and searches what its stages search
     plus its own added step (the BM25 search, the rerank calls). Unmeasured parts stay null; the
@@ -130,11 +145,21 @@ def _with_system_costs(table: pl.DataFrame, systems: pl.DataFrame | None) -> pl.
                 "search_p50_ms", "search_p95_ms", "search_p95_low", "search_p95_high")
     nothing = dict.fromkeys(parts_of, 0.0) | {"noise_measured": True, "corpus_usd": 0.0, "index_bytes": 0}
 
+    bm25_timed, fusion_timed = _timed(measured, "bm25"), _timed(measured, "fusion")
+
     def added_step(system: dict) -> dict:
-        """The step a BM25 or reranked system adds on top of its stages (a hybrid's fusion: none).
-        Only BM25 adds an index (its folder, counted at the stage; null in tables from before)."""
-        if system["kind"] == "hybrid":
+        """The step a system adds on top of its stages: BM25's search and a hybrid's fusion, timed
+        one test query at a time by the search latency stage (BM25 otherwise: its batched mean;
+        a hybrid's fusion otherwise: none), the rerank calls. Only BM25 adds an index (its
+        folder, counted at the stage; null in tables from before)."""
+        timed = (bm25_timed.get((system["system"], "bm25", None)) if system["kind"] == "bm25"
+                 else fusion_timed.get((system["system"], system["index"], None)) if system["kind"] == "hybrid" else None)
+        if system["kind"] == "hybrid" and timed is None:
             return nothing
+        if timed is not None:
+            p50, p95, low, high = timed
+            return nothing | {"search_p50_ms": p50, "search_p95_ms": p95, "search_p95_low": low, "search_p95_high": high,
+                              "index_bytes": system.get("index_bytes") if system["kind"] == "bm25" else 0}
         p50, p95 = system["added_p50_ms"], system["added_p95_ms"]
         low, high = _band(p95, system.get("added_p95_ms_low"), system.get("added_p95_ms_high"))
         return nothing | {"search_p50_ms": p50, "search_p95_ms": p95, "search_p95_low": low, "search_p95_high": high,
@@ -186,7 +211,8 @@ def settings_table(output_dir: Path, measure: str, split: str | None = None) -> 
     Quality is over every query (`split` None, from summary.parquet) or over one split's queries
     (from per_query.parquet). Cost is the provider's query-embedding price per 1,000 queries
     (null when unpriced) and `corpus_usd` the price of embedding the corpus; embed latency is the
-    latency profile at batch size 1; search latency comes from the ANN sweep; query latency adds
+    latency profile at batch size 1; search latency comes from the ANN sweep where it timed the
+    setting, else from the search latency stage (search_latency.parquet); query latency adds
     the two when both were measured (a sum of percentiles, so a slight overestimate of the
     percentile of the sum), with the p95's noise band (`query_p95_low`/`high`) beside it.
     """
@@ -211,14 +237,16 @@ def settings_table(output_dir: Path, measure: str, split: str | None = None) -> 
         table = table.with_columns(usd_per_1k_queries=pl.lit(None, pl.Float64), corpus_usd=pl.lit(None, pl.Float64))
     table = _embed_latency(table, read_table(output_dir, "latency"))
     storage = read_table(output_dir, "storage")
-    table = table.join(_search_latency(table, read_table(output_dir, "ann_sweep"), storage), on=SETTING, how="left", nulls_equal=True)
+    measured = read_table(output_dir, "search_latency")
+    table = table.join(_search_latency(table, read_table(output_dir, "ann_sweep"), storage, measured), on=SETTING,
+                       how="left", nulls_equal=True)
     if storage is not None and storage.height:
         sizes = storage.filter(pl.col("index").is_not_null()).select(
             "provider", index=pl.col("index").str.extract(r"^([A-Za-z0-9]+)"), index_bytes="index_bytes")
         table = table.join(sizes.unique(["provider", "index"]), on=["provider", "index"], how="left")
     else:
         table = table.with_columns(index_bytes=pl.lit(None, pl.Int64))
-    table = _with_system_costs(table, read_table(output_dir, "systems"))
+    table = _with_system_costs(table, read_table(output_dir, "systems"), measured)
     return best_first(table.with_columns(
         label=label_expr(),
         query_p50_ms=pl.col("embed_p50_ms") + pl.col("search_p50_ms"),

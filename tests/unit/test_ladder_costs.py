@@ -98,8 +98,8 @@ def test_a_significantly_larger_gain_is_named_as_the_trade_off():
     assert len(trade) == 1
     assert trade[0].startswith("Trade-off: bm25+minilm (hybrid) gains significantly more than bm25:bm25 (+0.07")
     assert ("adds +$0.0000 per 1,000 queries, latency not measured, size not measured; once: texts to embed "
-            "unknown, against +$0.0000 per 1,000 queries, latency not measured, size not measured; once: no texts to "
-            "embed for bm25:bm25.") in trade[0]
+            "unknown, whether an index must be built unknown, against +$0.0000 per 1,000 queries, latency not "
+            "measured, size not measured; once: no texts to embed, an index to build for bm25:bm25.") in trade[0]
     assert any(s.startswith("Also significant on test, tried after it: minilm-ft/flat +0.01") for s in sentences)
 
 
@@ -129,4 +129,62 @@ def test_every_step_carries_its_one_time_cost():
             for r in ladder.iter_rows(named=True)}
     assert once == {"minilm-ft/flat": (5000, None, 189.0), "bm25:bm25": (0, 0.0, 0.0), "bm25+minilm": (None, None, 0.0)}
     recommended = next(s for s in ladder_sentences(ladder) if s.startswith("Recommended: minilm-ft/flat"))
-    assert recommended.endswith("; once: 5,000 texts to embed (not priced), 189 s of training.")
+    assert recommended.endswith("; once: 5,000 texts to embed (not priced), 189 s of training, an index to build.")
+
+
+def _close_case(second_gain: float):
+    """Two steps over the baseline on 40 test queries: another model (+0.040) and a reranker
+    (`second_gain`), each with its own small per-query noise."""
+    rng = np.random.default_rng(1)
+    base = {q: 0.5 + rng.normal(0, 0.05) for q in TEST}
+    rows = _rows(BASE, base, lambda q: "test")
+    rows += _rows("other/flat", {q: v + 0.040 + rng.normal(0, 0.01) for q, v in base.items()}, lambda q: "test")
+    rows += _rows("rr", {q: v + second_gain + rng.normal(0, 0.01) for q, v in base.items()}, lambda q: "test")
+    return pl.DataFrame(rows)
+
+
+CLOSE_STEPS = [Step("model", "other/flat", "other (hashing)"), Step("reranker", "rr", "minilm/flat, top 20 reranked")]
+
+
+def _close_costs():
+    # Same dollars, latency and bytes for both; the model embeds the corpus anew (5,000 texts).
+    return pl.DataFrame({"setting": [BASE, "other/flat", "rr"], "params": ["{}"] * 3, "usd_per_1k_queries": [0.0] * 3,
+                         "query_p50_ms": [2.0, 3.0, 3.0], "index_bytes": [1000, 1000, 1000],
+                         "corpus_texts": [5000, 5000, None], "corpus_usd": [None, None, None],
+                         "train_seconds": [None, None, None]},
+                        schema_overrides={"corpus_texts": pl.Int64, "corpus_usd": pl.Float64, "train_seconds": pl.Float64})
+
+
+def test_the_smaller_one_time_cost_decides_between_gains_not_significantly_different():
+    # Per-query costs tie; the gains (+0.040, +0.041) are not significantly different; the
+    # reranker embeds nothing anew, the model 5,000 texts: the reranker, later in effort, wins.
+    ladder = ladder_table(_close_case(0.041), _close_costs(), CLOSE_STEPS, BASE, "ndcg@10", permutations=2000)
+    assert ladder.filter(pl.col("recommended"))["setting"].to_list() == ["rr"]
+    pick, basis = recommendation(ladder)
+    assert pick["setting"] == "rr"
+    assert basis.startswith("no measured per-query cost separating them, the smaller one-time cost (texts to embed "
+                            "anew: 0 against 5,000 for other/flat), as their test gains are not significantly different (p ")
+    recommended = next(s for s in ladder_sentences(ladder) if s.startswith("Recommended: rr"))
+    assert "chosen by no measured per-query cost separating them, the smaller one-time cost" in recommended
+
+
+def test_a_one_time_cost_never_trades_away_a_significantly_larger_gain():
+    # The model gains +0.040, the reranker +0.010: significantly less, so the one-time cost does
+    # not decide and the order of effort puts the model first.
+    ladder = ladder_table(_close_case(0.010), _close_costs(), CLOSE_STEPS, BASE, "ndcg@10", permutations=2000)
+    pick, basis = recommendation(ladder)
+    assert pick["setting"] == "other/flat"
+    assert basis.startswith("the order of effort") and "one-time" not in basis
+
+
+def test_a_step_without_embed_latency_shows_its_search_part_and_the_unknown_axis():
+    # No latency profile: query latency is unknown for every setting, the search part is known.
+    costs = _close_costs().with_columns(query_p50_ms=pl.lit(None, pl.Float64),
+                                        search_p50_ms=pl.Series([0.5, 0.75, 0.5], dtype=pl.Float64))
+    ladder = ladder_table(_close_case(0.041), costs, CLOSE_STEPS, BASE, "ndcg@10", permutations=2000)
+    model = ladder.filter(pl.col("setting") == "other/flat").row(0, named=True)
+    assert model["added_query_p50_ms"] is None and model["added_search_p50_ms"] == pytest.approx(0.25)
+    pick, basis = recommendation(ladder)
+    assert "added p50 query latency unknown for other/flat, rr" in basis
+    text = " ".join(ladder_sentences(ladder))
+    assert "query latency unknown (the embedding was not timed: no latency section), search +0.25 ms p50" in text

@@ -385,8 +385,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _pair_hash(doc_hash: np.ndarray, query: np.ndarray) -> np.ndarray:
-    h = query.astype(np.uint64)
-    h *= _MIX
+    # No widened copy of the codes first; they are >= 0, so the cast from a signed type is exact.
+    h = np.multiply(query, _MIX, dtype=np.uint64, casting="unsafe")
     h ^= doc_hash
     return h
 
@@ -405,8 +405,8 @@ def _score_order(score: np.ndarray) -> np.ndarray:
     """uint32 keys that sort like trec_eval's scores: C floats (single precision, which is
     how trec_eval stores them), with -0.0 == 0.0 as in its C comparison."""
     with np.errstate(over="ignore"):  # beyond float32 range -> +-inf, as in trec_eval
-        single = score.astype(np.float32)
-    single += np.float32(0.0)  # -0.0 + 0.0 = 0.0
+        # Rounded to single precision, then -0.0 + 0.0 = 0.0, in one pass.
+        single = np.add(score, np.float32(0.0), dtype=np.float32, casting="same_kind")
     bits = single.view(np.uint32)
     # Negative floats: flip every bit; others: set the sign bit. Then unsigned order = float order.
     flip = bits >> np.uint32(31)
@@ -426,8 +426,7 @@ def _trec_ranks(code: np.ndarray, score: np.ndarray, doc_id: pl.Series, rows: np
     order (low 32 bits) pack into one uint64 key, so "same query, higher score" is a range
     in one sorted integer array, and equal keys are exact ties, ordered in a small sort.
     """
-    key = code.astype(np.uint64)
-    key <<= np.uint64(32)
+    key = np.left_shift(code, np.uint64(32), dtype=np.uint64)
     key |= _score_order(score)
     sorted_key = np.sort(key)
     mine = key[rows]

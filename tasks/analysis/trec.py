@@ -43,8 +43,24 @@ _QRELS = _Layout(("query_id", "iter", "doc_id", "grade"), QRELS_FIELDS, "grade",
                  "grade is not an integer:")
 
 
+_BLOCK = 1 << 20  # bytes per numpy pass in _plain: the block's comparisons stay in the cache
+
+
+def _plain(data: bytes) -> bool:
+    """Is every byte printable ASCII, a space or LF? One numpy pass over the file, where each
+    search of _single_spaced is one of its own (a 300 MB run file: ~6 searches)."""
+    signed = np.frombuffer(data, dtype=np.int8)  # bytes >= 128 are negative
+    for start in range(0, len(signed), _BLOCK):
+        block = signed[start:start + _BLOCK]
+        if np.count_nonzero(block < 32) != np.count_nonzero(block == 10):
+            return False
+    return True
+
+
 def _single_spaced(data: bytes) -> bool:
     """Does the file use no whitespace but spaces and line ends (LF or CRLF)?"""
+    if _plain(data):
+        return True
     if any(c in data for c in _ODD_SPACE):
         return False
     if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):  # a lone CR

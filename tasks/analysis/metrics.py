@@ -442,13 +442,13 @@ def _trec_ranks(code: np.ndarray, score: np.ndarray, doc_id: pl.Series, rows: np
     if not tied.any():
         return higher
     tied_keys = pl.Series(np.unique(mine[tied])).implode()
-    group = pl.DataFrame({"key": key, "doc_id": doc_id}).with_row_index("i").filter(pl.col("key").is_in(tied_keys))
-    group = (
-        group.sort(["key", "doc_id"], descending=[False, True])
-        .select(pl.col("i").cast(pl.Int64), before=pl.int_range(pl.len()).over("key"))
-    )
-    before = pl.DataFrame({"i": pl.Series(rows, dtype=pl.Int64)}).join(group, on="i", how="left")["before"]
-    return higher + before.fill_null(0).to_numpy()
+    group = np.flatnonzero(pl.Series(key).is_in(tied_keys).to_numpy())  # run rows of those keys, in row order
+    # 1-based place of each row among the rows of its key, doc ids descending (byte-wise, as strcmp).
+    place = pl.DataFrame({"key": key[group], "doc_id": doc_id.gather(group)}).select(
+        pl.col("doc_id").rank("ordinal", descending=True).over("key")).to_series().to_numpy()
+    before = np.zeros(len(rows), dtype=np.int64)
+    before[tied] = place[np.searchsorted(group, rows[tied])] - 1
+    return higher + before
 
 
 def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, queries: pl.Series,

@@ -1,4 +1,5 @@
-"""glibc malloc settings for a process that runs a model on the CPU (`retbench run` sets them).
+"""glibc malloc settings for a process that runs a model on the CPU (`retbench run` sets them) or
+scores a large run (`retbench eval`: arrays of the run's length, allocated and freed in turn).
 
 PyTorch's CPU allocator asks malloc for every tensor, and a transformer's larger ones are above
 glibc's mmap threshold (at most 32 MB): one MiniLM batch of 64 texts of 256 tokens has 201 MB of

@@ -385,35 +385,40 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _pair_hash(doc_hash: np.ndarray, query: np.ndarray) -> np.ndarray:
-    return doc_hash ^ (query.astype(np.uint64) * _MIX)
+    # No widened copy of the codes first; they are >= 0, so the cast from a signed type is exact.
+    h = np.multiply(query, _MIX, dtype=np.uint64, casting="unsafe")
+    h ^= doc_hash
+    return h
 
 
-def _check_run_duplicates(run: pl.DataFrame, code: np.ndarray, doc_hash: np.ndarray) -> None:
-    # Hash (query code, doc id) and sort the hashes: an exact duplicate check on 10M string
-    # pairs would cost more than all the scoring. Only hash clashes get the exact check.
-    h = _pair_hash(doc_hash, code)
-    hs = np.sort(h)
-    clash = hs[1:][hs[1:] == hs[:-1]]
-    if len(clash):
-        dup = _first_duplicate(run.filter(pl.Series(np.isin(h, clash))))
+def _check_run_duplicates(run: pl.DataFrame, pair_hash: np.ndarray) -> None:
+    # Sort the (query, doc id) hashes: an exact duplicate check on 10M string pairs would cost
+    # more than all the scoring. Only hash clashes get the exact check. Sorts in place.
+    pair_hash.sort()
+    if (pair_hash[1:] == pair_hash[:-1]).any():
+        dup = _first_duplicate(run)
         if dup:
             raise DuplicateDocError(*dup)
 
 
 def _score_order(score: np.ndarray) -> np.ndarray:
-    """uint64 keys that sort like trec_eval's scores: C floats (single precision, which is
+    """uint32 keys that sort like trec_eval's scores: C floats (single precision, which is
     how trec_eval stores them), with -0.0 == 0.0 as in its C comparison."""
     with np.errstate(over="ignore"):  # beyond float32 range -> +-inf, as in trec_eval
-        single = score.astype(np.float32) + np.float32(0.0)
-    bits = single.view(np.uint32).astype(np.uint64)
-    negative = bits >> np.uint64(31)
+        # Rounded to single precision, then -0.0 + 0.0 = 0.0, in one pass.
+        single = np.add(score, np.float32(0.0), dtype=np.float32, casting="same_kind")
+    bits = single.view(np.uint32)
     # Negative floats: flip every bit; others: set the sign bit. Then unsigned order = float order.
-    return bits ^ ((np.uint64(0) - negative) & np.uint64(0xFFFFFFFF) | np.uint64(0x80000000))
+    flip = bits >> np.uint32(31)
+    np.negative(flip, out=flip)  # 0 or 0xFFFFFFFF
+    flip |= np.uint32(0x80000000)
+    bits ^= flip
+    return bits
 
 
-def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
-    """0-based trec_eval rank of each ``scoring`` row within ``run`` (both with q, doc_id,
-    score, and i, the row index in run).
+def _trec_ranks(code: np.ndarray, score: np.ndarray, doc_id: pl.Series, rows: np.ndarray) -> np.ndarray:
+    """0-based trec_eval rank of run rows ``rows`` within their query (``code``: one integer
+    per query, per run row).
 
     rank = docs of the same query with a higher score + tied docs with a higher doc id.
     Counting this for the few scoring rows avoids sorting the whole run, which with a
@@ -421,49 +426,41 @@ def _trec_ranks(run: pl.DataFrame, scoring: pl.DataFrame) -> np.ndarray:
     order (low 32 bits) pack into one uint64 key, so "same query, higher score" is a range
     in one sorted integer array, and equal keys are exact ties, ordered in a small sort.
     """
-    def keys(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        q = frame["q"].to_numpy().astype(np.uint64) << np.uint64(32)
-        return q, q | _score_order(frame["score"].to_numpy())
-
-    _, run_key = keys(run)
-    query, key = keys(scoring)
-    sorted_key = np.sort(run_key)
+    key = np.left_shift(code, np.uint64(32), dtype=np.uint64)
+    key |= _score_order(score)
+    sorted_key = np.sort(key)
+    mine = key[rows]
     # Looking up sorted needles lets numpy narrow each search from the last hit.
-    by_key = np.argsort(key)
-    higher = np.empty(len(key), dtype=np.int64)
-    higher[by_key] = (np.searchsorted(sorted_key, query[by_key] | np.uint64(0xFFFFFFFF), "right")
-                      - np.searchsorted(sorted_key, key[by_key], "right"))
-
-    tied = run.select("i", "doc_id", key=pl.Series(run_key)).filter(
-        pl.col("key").is_in(pl.Series(key).implode()))
-    # Every scoring row is a run row, so tied.height >= distinct keys, equal only when no two
-    # run rows share a key. (Comparing with len(key) missed ties between two scoring rows.)
-    if tied.height == len(np.unique(key)):
+    by_key = np.argsort(mine)
+    needles = mine[by_key]
+    last = np.searchsorted(sorted_key, needles, "right")
+    higher = np.empty(len(rows), dtype=np.int64)
+    higher[by_key] = np.searchsorted(sorted_key, needles | np.uint64(0xFFFFFFFF), "right") - last
+    tied = np.zeros(len(rows), dtype=bool)
+    # More than one run row with the key: a tie, to be ordered by doc id.
+    tied[by_key] = last - np.searchsorted(sorted_key, needles, "left") > 1
+    if not tied.any():
         return higher
-    tied = (
-        tied.sort(["key", "doc_id"], descending=[False, True])
-        .select("i", before=pl.int_range(pl.len()).over("key"))
-    )
-    before = np.zeros(run.height, dtype=np.int64)
-    before[tied["i"].to_numpy()] = tied["before"].to_numpy()
-    return higher + before[scoring["i"].to_numpy()]
+    tied_keys = pl.Series(np.unique(mine[tied])).implode()
+    group = np.flatnonzero(pl.Series(key).is_in(tied_keys).to_numpy())  # run rows of those keys, in row order
+    # 1-based place of each row among the rows of its key, doc ids descending (byte-wise, as strcmp).
+    place = pl.DataFrame({"key": key[group], "doc_id": doc_id.gather(group)}).select(
+        pl.col("doc_id").rank("ordinal", descending=True).over("key")).to_series().to_numpy()
+    before = np.zeros(len(rows), dtype=np.int64)
+    before[tied] = place[np.searchsorted(group, rows[tied])] - 1
+    return higher + before
 
 
 def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, queries: pl.Series,
           relevance_level: int, with_judged: bool = False) -> Ranked:
-    # Query ids become integer codes in id order, so every later step works on numbers.
+    # Query ids become integer codes in id order, so every later step works on numbers. Rows of
+    # run-only queries stay: their codes are apart from the evaluated queries' and they cost
+    # less in the sorts than a copy of the run without them.
     code = run["query_id"].cast(pl.Enum(run_queries)).to_physical().to_numpy()
     doc_hash = run["doc_id"].hash(seed=0).to_numpy()
-    _check_run_duplicates(run, code, doc_hash)
+    pair_hash = _pair_hash(doc_hash, code)
     evaluated = run_queries.is_in(queries.implode()).to_numpy()
-    to_eval = np.full(len(run_queries), -1, dtype=np.int64)
-    to_eval[evaluated] = np.arange(evaluated.sum())
-    qidx = to_eval[code]
-    run = run.select("doc_id", "score", q=pl.Series(qidx, dtype=pl.Int64))
-    if not evaluated.all():
-        kept = qidx >= 0
-        run, qidx, doc_hash = run.filter(pl.Series(kept)), qidx[kept], doc_hash[kept]
-    run = run.with_row_index("i")
+    run_code = np.flatnonzero(evaluated)  # evaluated query index -> run code
     qrels = qrels.filter(pl.col("query_id").is_in(queries.implode())).select(
         pl.col("query_id").cast(pl.Enum(queries)).to_physical().cast(pl.Int64).alias("q"),
         "doc_id", "grade")
@@ -472,11 +469,21 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
     positive = qrels if with_judged else qrels.filter(pl.col("grade") > 0)
     # Joining 10M (query, doc id) strings costs seconds; integer pair hashes pick the few
     # candidate rows first, and the exact join runs on those.
-    wanted = _pair_hash(positive["doc_id"].hash(seed=0).to_numpy(), positive["q"].to_numpy())
-    candidates = pl.Series(_pair_hash(doc_hash, qidx)).is_in(pl.Series(wanted).implode())
-    scoring = run.filter(candidates).join(positive, on=["q", "doc_id"], how="inner")
+    wanted = _pair_hash(positive["doc_id"].hash(seed=0).to_numpy(), run_code[positive["q"].to_numpy()])
+    candidates = np.flatnonzero(pl.Series(pair_hash).is_in(pl.Series(wanted).implode()).to_numpy())
+    _check_run_duplicates(run, pair_hash)
+    del pair_hash
+    to_eval = np.full(len(run_queries), -1, dtype=np.int64)
+    to_eval[evaluated] = np.arange(len(run_code))
+    scoring = (
+        pl.DataFrame({"i": candidates, "q": to_eval[code[candidates]],
+                      "doc_id": run["doc_id"].gather(candidates)})
+        .join(positive, on=["q", "doc_id"], how="inner")
+    )
     n = len(queries)
-    rank = _trec_ranks(run, scoring) if scoring.height else np.zeros(0, dtype=np.int64)
+    rows = scoring["i"].to_numpy()
+    score = run["score"].to_numpy()
+    rank = _trec_ranks(code, score, run["doc_id"], rows) if len(rows) else np.zeros(0, dtype=np.int64)
     q = scoring["q"].to_numpy()
     order = np.lexsort((rank, q))
     q, rank, grade = q[order], rank[order], scoring["grade"].to_numpy()[order]
@@ -486,8 +493,8 @@ def _rank(run: pl.DataFrame, qrels: pl.DataFrame, run_queries: pl.Series, querie
     judged = None
     if with_judged:
         nonrel = qrels.filter((pl.col("grade") >= 0) & (pl.col("grade") < relevance_level))
-        judged = Judged(q, rank, grade,
-                        num_ret=np.bincount(run["q"].to_numpy(), minlength=n).astype(np.float64),
+        num_ret = np.bincount(code, minlength=len(run_queries))[evaluated]
+        judged = Judged(q, rank, grade, num_ret=num_ret.astype(np.float64),
                         num_nonrel=np.bincount(nonrel["q"].to_numpy(), minlength=n))
         keep = grade > 0
         q, rank, grade = q[keep], rank[keep], grade[keep]

@@ -105,6 +105,19 @@ def test_run_only_and_qrels_only_queries(caplog):
     assert full.means() == {"p@1": 0.5, "mrr": 0.5}
 
 
+def test_run_only_queries_neither_rank_nor_escape_the_duplicate_check():
+    # Rows of queries only in the run stay in the ranking's arrays (under codes of their own): their
+    # higher scores and tied docs with higher ids must not push an evaluated query's docs down, and
+    # a doc retrieved twice there is refused as anywhere else (trec_eval reads the whole run).
+    run = run_of(("m", "z", 9.0), ("m", "y", 0.5), ("q", "a", 0.5), ("q", "b", 0.25), ("n", "c", 0.5))
+    qrels = qrels_of(("q", "a", 1), ("q", "b", 1))
+    ev = evaluate(run, qrels, ["mrr", "map", "ndcg@10"])
+    assert values(ev, "q") == {"mrr": 1.0, "map": 1.0, "ndcg@10": pytest.approx(1.0, abs=1e-12)}
+    assert ev.run_only == 2
+    with pytest.raises(ValueError, match="query 'm' retrieves doc 'y' more than once"):
+        evaluate(run_of(("m", "y", 1.0), ("m", "y", 0.5), ("q", "a", 0.5)), qrels, ["mrr"])
+
+
 def test_per_query_layout():
     ev = evaluate(run_of(("b", "d", 1.0), ("a", "d", 1.0)), qrels_of(("a", "d", 1), ("b", "d", 0)),
                   ["MRR", "p@1", "mrr"])  # duplicates by canonical name are scored once

@@ -1,6 +1,6 @@
 """`retbench judge ...`: the judging commands. `export` (flows/judge_export.py) writes the pool a
 run left unjudged; `import FILE --spec SPEC` adds judgments (a TREC qrels file, as a judging pool
-downloads them) to a spec's dataset as an overlay kept in the store, with its provenance; the
+downloads them, or the pool's graded CSV/TSV sheet) to a spec's dataset as an overlay kept in the store, with its provenance; the
 dataset's own files are never changed (logic: tasks/stages/judgments.py)."""
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     judge_export.add_parser(commands)
     imported = commands.add_parser(
         "import", help="add a TREC qrels file's judgments to the spec's dataset as an overlay in the store",
-        description="Add the judgments of a TREC qrels file (qid iter docid grade) to the spec's dataset as an "
+        description="Add the judgments of a TREC qrels file (qid iter docid grade), or of a graded judging-pool "
+                    "sheet (`retbench judge export --format csv|tsv`, rows with a grade), to the spec's dataset as an "
                     "overlay kept in the store beside it, with the file's name, sha256, the import time and a "
                     "source label. Refused: an unknown query or document id, a grade off the dataset's scale, a "
                     "conflict with a judgment the dataset or an earlier overlay has (unless --override). "
                     "Importing the same file again changes nothing.")
-    imported.add_argument("file", type=Path, help="TREC qrels file: qid iter docid grade")
+    imported.add_argument("file", type=Path, help="TREC qrels file (qid iter docid grade) or a graded "
+                          "judging-pool sheet (CSV/TSV with its header)")
     imported.add_argument("--spec", required=True, type=Path, help="the spec whose dataset the judgments are for")
     imported.add_argument("--source", default="human", help="who judged, one word (default: human)")
     imported.add_argument("--override", action="store_true",

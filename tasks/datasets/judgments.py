@@ -1,19 +1,25 @@
-"""Judgments added after the fact (a judging pool's qrels download): read from a TREC qrels file
-and checked against a dataset (its ids, its grade scale) and against the judgments it already
+"""Judgments added after the fact (a judging pool's qrels download, or its graded sheet): read from
+a TREC qrels file or a `retbench judge export` CSV/TSV sheet and checked against a dataset (its ids, its grade scale) and against the judgments it already
 has, every refusal naming the file and line. The store side (overlays kept per dataset, merged
 into a run's judgments) is tasks/stages/judgments.py."""
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from retbench.tasks.datasets.errors import DatasetError
-from retbench.tasks.datasets.model import QRELS_SCHEMA, Dataset
+from retbench.tasks.datasets.lines import parse_int
+from retbench.tasks.datasets.model import QRELS_SCHEMA, Dataset, Judgment
 from retbench.tasks.datasets.trec_qrels import read_trec_qrels
 
 SHOWN = 5  # conflicts listed in a refusal; the rest are counted
+# The first column of a judging-pool sheet (tasks/reporting/judging.py SHEET_COLUMNS); the sheet's
+# columns this reader needs.
+SHEET_FIRST = "pool_rank"
+SHEET_NEEDS = ("query_id", "doc_id", "grade")
 
 
 @dataclass(frozen=True)
@@ -42,10 +48,13 @@ def read_overlay(path: Path, dataset: Dataset) -> pl.DataFrame:
     """The judgments of a TREC qrels file (`qid iter docid grade`) as query_id, doc_id, grade, line;
     refused (DatasetError naming file:line) for a query or document the dataset does not have, a
     grade off its scale, or one pair judged twice with different grades. A pair repeated with the
-    same grade is kept once."""
-    judgments = read_trec_qrels(path)
+    same grade is kept once. A graded judging-pool sheet (CSV or TSV, its header first) is read
+    by its columns, the rows with an empty grade skipped."""
+    sheet = _is_sheet(path)
+    judgments = read_sheet(path) if sheet else read_trec_qrels(path)
     if not judgments:
-        raise DatasetError(f"{path}: no judgments; expected lines `qid iter docid grade`")
+        expected = "a grade in the sheet's grade column" if sheet else "lines `qid iter docid grade`"
+        raise DatasetError(f"{path}: no judgments; expected {expected}")
     queries = set(dataset.queries["query_id"].to_list())
     dropped = set(dataset.unjudged_queries)
     documents = set(dataset.corpus["doc_id"].to_list())
@@ -73,6 +82,34 @@ def read_overlay(path: Path, dataset: Dataset) -> pl.DataFrame:
         seen[key] = (j.grade, j.where)
         rows.append((j.query_id, j.doc_id, j.grade, int(j.where.rsplit(":", 1)[1])))
     return pl.DataFrame(rows, schema={**QRELS_SCHEMA, "line": pl.Int64}, orient="row")
+
+
+def _is_sheet(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return f.readline().startswith(SHEET_FIRST)
+    except (OSError, UnicodeDecodeError):
+        return False  # the qrels reader names what is wrong with the file
+
+
+def read_sheet(path: Path) -> list[Judgment]:
+    """The graded rows of a judging-pool sheet as judgments; the line of each is where its row
+    ends (a text cell may hold line breaks, so a sheet is read as CSV, not line by line)."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        header = f.readline()
+        f.seek(0)
+        reader = csv.DictReader(f, delimiter="\t" if "\t" in header else ",")
+        missing = [c for c in SHEET_NEEDS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DatasetError(f"{path}:1: a judging-pool sheet needs the columns {list(SHEET_NEEDS)}; missing "
+                               f"{missing} (found {reader.fieldnames})")
+        judgments = []
+        for row in reader:
+            grade = (row["grade"] or "").strip()
+            if grade:
+                where = f"{path}:{reader.line_num}"
+                judgments.append(Judgment(row["query_id"], row["doc_id"], parse_int(grade, where, "grade"), where))
+    return judgments
 
 
 def conflicts(new: pl.DataFrame, existing: list[tuple[str, pl.DataFrame]], path: Path) -> list[Conflict]:

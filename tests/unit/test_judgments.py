@@ -203,3 +203,33 @@ def test_two_imports_of_one_file_name_are_told_apart_by_their_sha256(tmp_path):
     judged = with_overlays(ref, store_spec(tmp_path))
     assert judged.judgments_from == (("base", 3), (f"pool.qrels@{one.sha256[:8]}", 0),
                                      (f"pool.qrels@{two.sha256[:8]}", 2))
+
+
+SHEET = ("pool_rank\tquery_id\tquery\tdoc_id\tchunk_id\ttext\tsettings\tbest_rank\treciprocal_rank_sum\tranked_by\tgrade\r\n"
+         "1\tq1\tone\td3\td3#0\t\"a title\r\n\r\nand its text\"\thashing/flat\t1\t1.0\t1:hashing/flat\t1\r\n"
+         "2\tq2\ttwo\td4\td4#0\tplain\thashing/flat\t2\t0.5\t2:hashing/flat\t\r\n"
+         "3\tq2\ttwo\td5\td5#0\tplain\thashing/flat\t3\t0.3\t3:hashing/flat\t 2 \r\n")
+
+
+@pytest.mark.parametrize("delimiter, name", [("\t", "judging-pool.tsv"), (",", "judging-pool.csv")])
+def test_a_graded_pool_sheet_is_read_by_its_columns(tmp_path, delimiter, name):
+    """`judge export --format tsv|csv` graded in a spreadsheet goes straight back in: a text cell with
+    line breaks stays one row, an empty grade is no judgment, the line is where the row ends."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(SHEET, newline=""), delimiter="\t"))
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n").writerows(rows)
+    table = read_overlay(write(tmp_path, name, buffer.getvalue()), tiny())
+    assert table.rows() == [("q1", "d3", 1, 4), ("q2", "d5", 2, 6)]
+
+
+def test_a_sheet_with_no_grade_or_a_bad_one_is_refused_naming_file_and_line(tmp_path):
+    ungraded = SHEET.replace("\t1\r\n", "\t\r\n").replace("\t 2 \r\n", "\t\r\n")
+    with pytest.raises(DatasetError, match=r"pool.tsv: no judgments; expected a grade in the sheet's grade column"):
+        read_overlay(write(tmp_path, "pool.tsv", ungraded), tiny())
+    with pytest.raises(DatasetError, match=r"pool.tsv:6: grade must be an integer, found '2.0'"):
+        read_overlay(write(tmp_path, "pool.tsv", SHEET.replace(" 2 ", "2.0")), tiny())
+    with pytest.raises(DatasetError, match=r"pool.tsv:1: a judging-pool sheet needs the columns .* missing \['grade'\]"):
+        read_overlay(write(tmp_path, "pool.tsv", "pool_rank\tquery_id\tdoc_id\n1\tq1\td3\n"), tiny())

@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 WORKERS ?= 2
 XDIST := -n $(WORKERS) --dist loadfile
 
-.PHONY: run test test-fast docs wheel clean
+.PHONY: run test test-fast docs wheel clean cluster-demo
 
 # Everything installs with uv, which took 17 s for torch and 32 s for the test set here where pip
 # took 94 s and 2 min 26 s: a third of the suite's 8-minute budget. uv does not read pip's
@@ -45,6 +45,12 @@ test: $(VENV)/.installed-test
 # The unit layer only, for the edit loop.
 test-fast: $(VENV)/.installed-test
 	$(VENV)/bin/pytest -q $(XDIST) tests/unit
+
+# A Dask scheduler, two workers and a bucket (moto's S3 server, or RETBENCH_DEMO_STORE with keys in the
+# environment) on this machine; the sample run plainly and on the cluster, their tables compared,
+# everything stopped after (examples/cluster_demo.sh; on real hosts: docs/guide/scale.md).
+cluster-demo: $(VENV)/.installed-test
+	examples/cluster_demo.sh
 
 # The documentation site into site/ (the test suite builds it too: tests/pipeline/test_docs_site.py).
 docs: $(VENV)/.installed-test

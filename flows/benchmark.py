@@ -7,6 +7,7 @@ stages cache by content themselves, so Prefect must not hash or persist their in
 """
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 
@@ -80,12 +81,27 @@ class PrefectRunner:
     def submit(self, stage: str, fn, *args, label: str = "", **kwargs) -> StageFuture:
         key = (stage, fn)
         if key not in self._tasks:
-            call = refusing_after_stop(fn, lambda: task_run.name or stage)
+            call = refusing_after_stop(_with_inputs_fetched(fn), lambda: task_run.name or stage)
             self._tasks[key] = task(call, name=stage, cache_policy=NO_CACHE, persist_result=False)
         upstream: list[StageFuture] = []
         args, kwargs = _unwrap(args, upstream), _unwrap(kwargs, upstream)
         future = self._tasks[key].with_options(task_run_name=label or stage).submit(*args, **kwargs)
         return StageFuture(future, upstream, self.wait)
+
+
+def _with_inputs_fetched(fn):
+    """`fn` (a stage call) that first fetches the store files its arguments name and this
+    process's scratch folder lacks: on Dask the call that wrote them may have run on another
+    machine (tasks/store/remote.fetch_inputs; nothing to do on a local store)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        from retbench.tasks.store.remote import fetch_inputs
+
+        fetch_inputs(args, kwargs)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def publish_artifacts(spec):
@@ -155,6 +171,11 @@ def benchmark(spec_path: str, output_dir: str | None = None, store_dir: str | No
         # A deployment's run cancelled from Prefect (its worker sent SIGTERM): a Cancelled run
         # that says what was kept, rather than a failure with a traceback.
         return Cancelled(message=f"retbench: {stop}")
+    except Exception as error:
+        lost = dask.lost(error) if dask is not None else None
+        if lost is None:
+            raise
+        raise lost from error  # one line, exit 2 (flows/errors.py), not the client's traceback
     finally:
         if dask is not None:
             from retbench.flows.dask_run import detach

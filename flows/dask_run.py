@@ -11,6 +11,7 @@ from typing import Callable
 
 from retbench.flows import interrupts
 from retbench.flows.dask_progress import DaskProgress
+from retbench.flows.errors import ClusterLost
 from retbench.tasks.progress import Interrupted, first_interruption, stop_requested
 from retbench.tasks.worker_events import TOPIC, stop_worker
 from retbench.tasks.worker_plugin import RetbenchWorker
@@ -44,6 +45,7 @@ class DaskSession:
 
     def __init__(self, runner, emit: Callable[[str], None], debug: bool = False):
         self.runner, self.client = runner, runner.client  # starts a local cluster here, if one is to be
+        self.address = self.client.scheduler.address
         self.local = getattr(runner, "address", None) is None
         self.progress = DaskProgress(emit)
         self.quiet = not debug
@@ -52,10 +54,24 @@ class DaskSession:
         self.client.register_plugin(RetbenchWorker(ignore_sigint=self.local, quiet=not debug), name="retbench")
         self.client.subscribe_topic(TOPIC, self.progress.handle)
 
+    def lost(self, error: BaseException) -> ClusterLost | None:
+        """What a failure becomes when the scheduler went away during the run (its futures are
+        cancelled with "scheduler-connection-lost", or the client is no longer connected); None
+        for any other failure."""
+        gone = "scheduler-connection-lost" in str(error) or self.client.status not in ("running", "newly-created")
+        if not gone:
+            return None
+        if self.quiet:  # the client's reconnection attempt, cancelled as it closes, logs a traceback
+            for name in ("distributed", "distributed.client"):  # the latter has a level of its own (Dask's config)
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+        return ClusterLost(f"the Dask scheduler at {self.address} was lost during the run (stopped, or its host "
+                           f"went down); what the workers finished is kept in the store: start the cluster again and "
+                           f"rerun to continue from it")
+
     def describe(self) -> str:
         workers = self._workers()
         where = "local cluster" if self.local else "cluster"
-        return (f"dask: {where} at {self.client.scheduler.address} ({len(workers)} workers), "
+        return (f"dask: {where} at {self.address} ({len(workers)} workers), "
                 f"dashboard {self.client.dashboard_link}")
 
     def tell_workers_to_stop(self, signum: int) -> None:

@@ -7,6 +7,13 @@ import logging
 
 EXIT_EXPECTED = 2
 
+
+
+class ClusterLost(RuntimeError):
+    """A `--dask ADDRESS` run whose scheduler went away (stopped, its host down): an outcome to
+    tell in one line, not a bug (flows/dask_run.py: DaskSession.lost)."""
+
+
 # Prefect's run-state lines that only repeat a failure already reported (or its fallout
 # in downstream tasks); dropped once an expected failure has been seen.
 _STATE_ECHOES = ("Finished in state Failed", "Finished in state NotReady", "Finished in state Crashed")
@@ -42,7 +49,7 @@ def _is_expected(error: BaseException) -> bool:
     # Interrupted: a stop asked for by SIGINT/SIGTERM (the command line gives it exit 130/143).
     if isinstance(error, (SpecError, DatasetError, StoreError, HttpProviderError, SecretLookupError, ValidationError,
                           EnvironmentFault, Interrupted, UserCodeError, PluginError, MissingExtra,
-                          DeviceUnavailable)):
+                          DeviceUnavailable, ClusterLost)):
         return True
     # A full, read-only or forbidden disk: told with the path, the free space and the fix.
     if isinstance(error, OSError) and error.errno in DISK_FAULTS:

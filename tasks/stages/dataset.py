@@ -116,14 +116,21 @@ def save_dataset(ds: Dataset, directory: str | Path) -> Path:
 
 def load_saved_dataset(directory: str | Path) -> Dataset:
     """Read what save_dataset wrote, checking columns and that the content hash still matches."""
+    from retbench.tasks.store.remote import fetched
+
     directory = Path(directory)
     meta_path = directory / "dataset.json"
-    if not meta_path.is_file():
+    # On an object store a worker of another machine fetches the files (saved by another
+    # process): dataset.json, then the tables it lists.
+    if not fetched(meta_path):
         raise DatasetError(f"{meta_path}: missing; expected a dataset saved by save_dataset")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DatasetError(f"{meta_path}: not readable JSON ({e})") from None
+    listed = meta.get("file_sha256") if isinstance(meta, dict) else None
+    for name in listed if isinstance(listed, dict) else [f"{label}.parquet" for label, _ in TABLES]:
+        fetched(directory / name)
     frames = {}
     for label, schema in TABLES:
         file = directory / f"{label}.parquet"

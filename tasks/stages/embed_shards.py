@@ -177,6 +177,8 @@ def embed_part(provider: Provider, plan: EmbedPlan, index: int, shards_: int, ba
     # before this run (corrected part by part once each is read under its lock). The stop is
     # checked after every batch, not every part.
     rows = {path: _part_rows(path) for path in mine}
+    for path in mine:  # on an object store: the batches a killed worker of another machine uploaded
+        shards.fetch_journal(path)
     journaled = {path: len(shards.journal_keys(path)) for path in mine}
     shown = embed_progress(plan.provider, plan.role, sum(rows.values()), progress)
     shown.already(sum(journaled.values()))

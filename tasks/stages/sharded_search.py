@@ -72,7 +72,11 @@ def sharded_search(source, shards: int, ivf=None, nprobe: int | None = None, key
     from distributed import wait
 
     client = client or dask_client(shards)
-    with _lock:
+    # Seceded before the lock, not inside it: on a worker with one thread, a second retrieve
+    # task took the thread the first had given back while its shards loaded, then waited on the
+    # lock, and the first could never rejoin (a deadlock, found on a `dask worker --nthreads 1`
+    # cluster). Waiting on the lock seceded holds no thread; the lock is released before rejoining.
+    with _seceded(), _lock:
         loaded = _held.get(key) if key is not None else None
         if loaded is None or loaded.client is not client:
             _held.clear()  # one sharded index held at a time: the workers' memory is for one
@@ -82,8 +86,7 @@ def sharded_search(source, shards: int, ivf=None, nprobe: int | None = None, key
             futures = [client.submit(build_shard, source, start, stop, template, workers=[worker], pure=False,
                                      allow_other_workers=False)
                        for (start, stop), worker in zip(shard_bounds(source.shape[0], shards), placed)]
-            with _seceded():
-                wait(futures)  # not gathered: a shard stays on its worker
+            wait(futures)  # not gathered: a shard stays on its worker
             for future in futures:
                 if future.status != "finished":
                     future.result()  # raises the worker's error

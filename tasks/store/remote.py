@@ -6,6 +6,7 @@ stage asks for it and uploaded the moment it is written (docs/guide/scale.md: "A
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -151,6 +152,17 @@ class ObjectStore:
             with open(path, "rb") as source, self.fs.open_output_stream(self._object(key)) as sink:
                 while block := source.read(1 << 20):
                     sink.write(block)
+        except OSError as error:
+            raise OSError(f"cannot write {key} to the store {display_uri(self.uri)}: {error}") from error
+
+    def put_bytes(self, path: str | Path, data: bytes) -> None:
+        """Upload `data` as the object of the scratch path `path` (no scratch file needed)."""
+        key = self.key(path)
+        if key is None:
+            return
+        try:
+            with self.fs.open_output_stream(self._object(key)) as sink:
+                sink.write(data)
         except OSError as error:
             raise OSError(f"cannot write {key} to the store {display_uri(self.uri)}: {error}") from error
 
@@ -309,6 +321,42 @@ def synced(folder: str | Path, recursive: bool = False, keep_local: bool = True)
     store = store_of(folder)
     if store is not None:
         store.sync_folder(folder, recursive, keep_local)
+
+
+def fetch_inputs(*values) -> list[Path]:
+    """Fetch the store files named in a stage call's arguments (paths in the records earlier stage
+    calls returned) that this scratch folder lacks: on a cluster the call that wrote a file may
+    have run on another machine, whose scratch folder is not this one. A file counts only with
+    its sidecar. Folders are left to their readers (an embedding cache is synced under its lock,
+    a saved dataset fetches its own files), and so are pending parts (the part that claims one
+    fetches it). Returns the files fetched."""
+    found: list[Path] = []
+    for path in _named_paths(values, depth=0):
+        if path.exists() or not path.suffix or path.parent.name == "pending":
+            continue
+        store = store_of(path)
+        if store is None or store.key(path) is None:
+            continue
+        if store.fetch(path.with_name(path.name + SIDECAR)) and store.fetch(path):
+            found.append(path)
+    return found
+
+
+def _named_paths(value, depth: int):
+    """Absolute paths in `value`: strings and Paths, inside lists, tuples, dicts and dataclasses."""
+    if depth > 6:
+        return
+    if isinstance(value, Path) or (isinstance(value, str) and value.startswith("/") and "\n" not in value):
+        yield Path(value)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _named_paths(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _named_paths(item, depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from _named_paths(getattr(value, item.name), depth + 1)
 
 
 def scratch_for(uri: str, scratch: str | Path | None = None) -> Path:

@@ -179,7 +179,7 @@ def remove_pending(path: Path) -> None:
     names carry their plan's time stamp and are never reused, so a waiter on the old lock finds
     the part gone and nobody opens that lock again)."""
     remove_shard(path)
-    journal_path(path).unlink(missing_ok=True)
+    drop_journal(path)
     (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
 
 
@@ -187,6 +187,9 @@ def remove_pending(path: Path) -> None:
 # checksum, no lock: the part's work lock covers it), so per-batch cost stays small while a
 # killed worker still loses only its in-flight batch. Finished (or recovered by the next
 # worker), the journal becomes one checked shard.
+# On an object store each batch is also uploaded as one object under `pending/<part>.journal/`:
+# the part's retry may run on another machine, whose scratch folder never saw the journal
+# (`fetch_journal` makes the uploaded batches its journal). The objects go with the journal.
 
 
 _ROW_GROUP = 8192
@@ -202,11 +205,16 @@ def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch]
     flushed to the kernel before it returns, so a killed process keeps it. A full disk is told
     as the store's other writes tell it (tasks/store/files.py: atomic_write)."""
     path = journal_path(part)
+    store = store_of(part)
+    uploaded = [0]
     try:
         with open(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             def append(batch: pa.RecordBatch) -> None:
                 writer.write_batch(batch)
                 sink.flush()
+                if store is not None:  # in the bucket before the batch counts as kept
+                    store.put_bytes(journal_folder(part) / f"{uploaded[0]:06d}.arrows", _stream_bytes(batch))
+                    uploaded[0] += 1
 
             yield append
     except OSError as error:
@@ -214,6 +222,48 @@ def journal(part: Path, schema: pa.Schema) -> Iterator[Callable[[pa.RecordBatch]
             raise
         raise disk_fault(error.errno, path, "the batches embedded before it are kept (the next run reuses them) and "
                                             "nothing else stored was changed", "the store") from error
+
+
+def journal_folder(part: Path) -> Path:
+    """Where an object store holds a part's journal, one object per batch."""
+    return Path(part).with_suffix(".journal")
+
+
+def _stream_bytes(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def fetch_journal(part: Path) -> int:
+    """On an object store, when this scratch folder has no journal for the part: the batches a
+    worker of another machine uploaded before it was killed become this one's journal (the part's
+    recovery then moves them into the cache). Returns the batches fetched. Call with the part's
+    work lock held, or before anyone here writes its journal."""
+    store = store_of(part)
+    path = journal_path(part)
+    if store is None or path.exists():
+        return 0
+    folder = journal_folder(part)
+    batches: list[pa.RecordBatch] = []
+    try:
+        for name in sorted(n for n in store.listing(folder) if n.endswith(".arrows")):
+            if store.fetch(folder / name):
+                with pa.ipc.open_stream(pa.memory_map(str(folder / name))) as reader:
+                    batches += [b for b in reader if not batches or b.schema.equals(batches[0].schema)]
+        if batches:
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+            with open(tmp, "wb") as sink, pa.ipc.new_stream(sink, batches[0].schema) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+            tmp.replace(path)
+    finally:
+        for local in folder.glob("*.arrows*"):  # the fetched copies: the journal holds them now
+            local.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return len(batches)
 
 
 def journal_batches(part: Path) -> list[pa.RecordBatch]:
@@ -281,3 +331,8 @@ def journal_schema(part: Path) -> pa.Schema | None:
 
 def drop_journal(part: Path) -> None:
     journal_path(part).unlink(missing_ok=True)
+    store = store_of(part)
+    if store is not None:  # its batches' objects (one listing of the part's journal folder)
+        folder = journal_folder(part)
+        for name in store.listing(folder):
+            store.delete(folder / name)

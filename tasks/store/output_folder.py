@@ -20,6 +20,7 @@ import datetime
 import fcntl
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,7 +71,11 @@ def live_run(output_dir: str | Path, spec_name: str, run_id: str) -> Iterator[Pa
         try:
             yield staging
         except DiskFault as fault:  # said of the output folder: the staging folder is gone when it is read
-            raise DiskFault(fault.errno, fault.strerror.replace(str(staging), str(output_dir))) from fault
+            # the folder to give access to is one the reader can find: the output folder itself,
+            # not a subfolder that exists only in staging until the run publishes
+            text = re.sub(rf"(write access to ){re.escape(str(staging))}\S*", lambda m: m[1] + str(output_dir),
+                          fault.strerror)
+            raise DiskFault(fault.errno, text.replace(str(staging), str(output_dir))) from fault
         finally:
             _end_the_run(output_dir, staging)
             with contextlib.suppress(OSError):

@@ -41,7 +41,7 @@ store_dir: {store}
 """
 
 # A per-provider file inside a folder of the output holds the rows of the table named here.
-_FOLDER_TABLES = {"latency": "latency", "buried": "buried_answers", "filtered_ann": "filtered_ann", "ann_sweep": "ann_sweep"}
+_FOLDER_TABLES = {"latency": "latency", "search_latency": "search_latency", "buried": "buried_answers", "filtered_ann": "filtered_ann", "ann_sweep": "ann_sweep"}
 
 
 def _table_of(path: Path, out: Path) -> str:

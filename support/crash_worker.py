@@ -35,7 +35,7 @@ k: [5, 10]
 depth: 20
 output_dir: "{out}"
 store_dir: "{store}"
-history: {{enabled: false}}
+history: {{enabled: {history}}}
 statistics: {{resamples: 50, permutations: 50}}
 """
 TABLES = ("summary", "per_query", "runs")
@@ -54,24 +54,27 @@ def slow_hashing(delay: float):
     return lambda provider: SlowHashing(**provider.options)
 
 
-def write_spec(folder: Path, store: Path, out: Path, data: Path = SAMPLE) -> Path:
+def write_spec(folder: Path, store: Path, out: Path, data: Path = SAMPLE, history: bool = False) -> Path:
     providers = "\n".join(
         f"  - {{name: {name}, kind: hashing, batch_size: {BATCH}, options: {json.dumps(options)}}}"
         for name, options in PROVIDERS.items()
     )
     path = Path(folder) / "crash-spec.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(SPEC.format(data=data, providers=providers, out=out, store=store), encoding="utf-8")
+    path.write_text(SPEC.format(data=data, providers=providers, out=out, store=store, history=str(history).lower()),
+                    encoding="utf-8")
     return path
 
 
 def run(store: Path, out: Path, data: Path = SAMPLE, batch_delay: float = 0.0,
-        announce: Callable[[str], None] = lambda stage: None, spec_dir: Path | None = None) -> dict:
-    """The shipped pipeline up to the report; returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
+        announce: Callable[[str], None] = lambda stage: None, spec_dir: Path | None = None,
+        history: bool = False) -> dict:
+    """The shipped pipeline up to the report (recording the run in the store's history when
+    `history`); returns {"embedded": {provider/role: n}, "tables": {name: path}}."""
     from retbench.tasks.config.spec import load_spec
     from retbench.tasks.pipeline import Runner, default_provider, run_pipeline
 
-    spec = load_spec(write_spec(spec_dir or Path(out) / ".spec", Path(store), Path(out), Path(data)))
+    spec = load_spec(write_spec(spec_dir or Path(out) / ".spec", Path(store), Path(out), Path(data), history))
     make_provider = slow_hashing(batch_delay) if batch_delay else default_provider
     result = run_pipeline(spec, runner=Runner(announce), make_provider=make_provider)
     return {"embedded": result.embedded(), "tables": {name: result.tables[name] for name in TABLES}}

@@ -327,12 +327,19 @@ def _run(final_spec, staging, selection, spec_path, runner, run_id, make_provide
         _keep_tables_of_the_last_full_run(manifest, output_dir)
     report.write_manifest(spec.output_dir, manifest)
     published = None
-    if reaches("score"):
-        sections = tuple(unit.report for unit in side_stages if unit.report is not None)
-        published = runner.submit("report", report_stage, spec, run_id, sections).result()
-    if stop_requested():  # asked during the report (or the last stage): nothing of this run is published
-        raise Interrupted.before(f"publishing into {output_dir} (it keeps the previous run's outputs)")
-    publish(staging, output_dir, run_id, replaces_all=reaches("score"))
+    try:
+        if reaches("score"):
+            sections = tuple(unit.report for unit in side_stages if unit.report is not None)
+            published = runner.submit("report", report_stage, spec, run_id, sections).result()
+        if stop_requested():  # asked during the report (or the last stage): nothing of this run is published
+            raise Interrupted.before(f"publishing into {output_dir} (it keeps the previous run's outputs)")
+        publish(staging, output_dir, run_id, replaces_all=reaches("score"))
+    except BaseException:
+        if reaches("score") and spec.history.enabled:  # the report stage recorded the run: take it back
+            from retbench.tasks.analysis.history import withdraw_run
+
+            withdraw_run(spec.store_dir, run_id, manifest)
+        raise
     if published is not None:
         published = _rebased_published(published, staging, output_dir)
         if on_published is not None:

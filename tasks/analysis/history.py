@@ -89,6 +89,19 @@ def append_run(store: str | Path, run_id: str, manifest: dict, summary: pl.DataF
     write_parquet(per_query, history_dir(store) / "per_query" / f"date={date}" / f"{run_id}.parquet")
 
 
+def withdraw_run(store: str | Path, run_id: str, manifest: dict) -> None:
+    """Take back what `append_run` recorded for a run that then did not publish (stopped or failed
+    in the report or before its outputs were swapped in): the history lists only runs whose
+    outputs a reader can find. A no-op when nothing was recorded."""
+    from retbench.tasks.store.remote import removed
+
+    date = datetime.fromisoformat(manifest["run"]["finished_at"]).astimezone(timezone.utc).date().isoformat()
+    for table in ("summary", "per_query"):
+        path = history_dir(store) / table / f"date={date}" / f"{run_id}.parquet"
+        path.unlink(missing_ok=True)
+        removed(path)  # on an object store: the uploaded copy too (written where the report ran)
+
+
 def _scan(store: str | Path, table: str, run_id: str | None = None) -> pl.LazyFrame | None:
     root = history_dir(store) / table
     name = f"{run_id}.parquet" if run_id else "*.parquet"

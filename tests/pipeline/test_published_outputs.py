@@ -36,6 +36,13 @@ def folder_run_id(out: Path) -> str:
     return record["run_id"]
 
 
+def recorded_runs(store: Path) -> set[str]:
+    """The run ids the store's history holds (its summary and per-query tables agree)."""
+    tables = [{f.stem for f in (store / "history" / t).glob("date=*/*.parquet")} for t in ("summary", "per_query")]
+    assert tables[0] == tables[1], tables
+    return tables[0]
+
+
 def stopping_at(target: str):
     def announce(stage: str) -> None:
         if stage == target:
@@ -52,13 +59,13 @@ def stops():
 
 def test_a_stop_at_every_stage_boundary_and_inside_the_report_leaves_one_run(tmp_path, monkeypatch, stops):
     store, out = tmp_path / "store", tmp_path / "out"
-    crash_worker.run(store, out)
+    crash_worker.run(store, out, history=True)
     first = folder_run_id(out)
     tables = {name: pl.read_parquet(out / f"{name}.parquet") for name in crash_worker.TABLES}
 
     for stage in (*STAGES, "report"):
         with pytest.raises(Interrupted, match=f"^interrupted before {stage}"):
-            crash_worker.run(store, out, announce=stopping_at(stage))
+            crash_worker.run(store, out, announce=stopping_at(stage), history=True)
         assert folder_run_id(out) == first, stage
         clear_stop()
 
@@ -72,22 +79,26 @@ def test_a_stop_at_every_stage_boundary_and_inside_the_report_leaves_one_run(tmp
 
     monkeypatch.setattr(publish, "build_report", stop_asked_during_the_report)
     with pytest.raises(Interrupted) as stopped:
-        crash_worker.run(store, out)
+        crash_worker.run(store, out, history=True)
     assert str(stopped.value) == (f"interrupted before publishing into {out} (it keeps the previous run's outputs): "
                                   f"the stages finished so far are kept; rerun to continue")
     assert folder_run_id(out) == first
+    # the report stage had recorded the run in the history: a run that did not publish is taken back
+    assert recorded_runs(store) == {first}
     clear_stop()
 
     def raised_inside_the_report(*args, **kwargs):  # the fast path's main thread: the handler raises there
         raise KeyboardInterrupt
     monkeypatch.setattr(publish, "build_report", raised_inside_the_report)
     with pytest.raises(KeyboardInterrupt):
-        crash_worker.run(store, out)
+        crash_worker.run(store, out, history=True)
     assert folder_run_id(out) == first
+    assert recorded_runs(store) == {first}
 
     monkeypatch.setattr(publish, "build_report", real_report)
-    crash_worker.run(store, out)
+    crash_worker.run(store, out, history=True)
     assert folder_run_id(out) != first
+    assert recorded_runs(store) == {first, folder_run_id(out)}
     for name, table in tables.items():
         assert pl.read_parquet(out / f"{name}.parquet").equals(table), name
     import retbench

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from retbench.flows import prefect_database
 from retbench.flows.environment import EnvironmentFault, api_start_failure, loopback_port
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -47,9 +48,10 @@ def _die_with_parent(parent_pid: int, prctl) -> None:
 class EmbeddedApi:
     """A launched API server process: wait for it with `wait_until_ready`, end it with `stop`."""
 
-    def __init__(self, process: subprocess.Popen, port: int, log_path: Path):
+    def __init__(self, process: subprocess.Popen, port: int, log_path: Path, builds_database: bool = False):
         self.process, self.port, self.log_path = process, port, log_path
         self.api_url = f"http://127.0.0.1:{port}/api"
+        self.builds_database = builds_database  # from nothing: kept as the template once it is up
 
     def wait_until_ready(self) -> None:
         """Block until the server answers its health check, within Prefect's start-up timeout."""
@@ -63,6 +65,8 @@ class EmbeddedApi:
                     raise api_start_failure(self.process.returncode, self.port, self.log_path)
                 try:
                     if client.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                        if self.builds_database:
+                            prefect_database.keep_as_template(self.log_path.parent)
                         self._yield_to_the_run()
                         return
                 except httpx.HTTPError:
@@ -105,10 +109,11 @@ class PendingApi:
     def start(self) -> EmbeddedApi:
         """Let the server start serving, and point Prefect (not imported yet) at it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        builds_database = prefect_database.seed(self.log_path.parent)  # a new home: a migrated copy
         with contextlib.suppress(BrokenPipeError):  # it died: wait_until_ready reports that
             self.process.stdin.write(b"start\n")
             self.process.stdin.close()
-        api = EmbeddedApi(self.process, self.port, self.log_path)
+        api = EmbeddedApi(self.process, self.port, self.log_path, builds_database)
         atexit.register(api.stop)
         os.environ["PREFECT_API_URL"] = api.api_url
         # The server is this installation's own Prefect: the client's version handshake (a

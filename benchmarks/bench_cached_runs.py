@@ -1,6 +1,10 @@
 """A user's cached rerun against their first run, the way they run it: `retbench run SPEC`.
 
-    python benchmarks/bench_cached_runs.py [SPEC ...]      (default: specs/sample.yaml)
+    python benchmarks/bench_cached_runs.py [--guard RATIO] [SPEC ...]   (default: specs/sample.yaml)
+
+With --guard (issue 36: 0.015 for a 10,000+ document collection such as specs/npl.yaml, held at
+0.01), it exits 1 naming every spec whose cached/first is above RATIO: a regression of the
+cached rerun fails the benchmark instead of only printing a larger number.
 
 For each spec: a first run into a fresh store, then the same command again (everything cached:
 embeddings, indexes, runs, and the latency profile and ANN sweep measured on this machine),
@@ -41,7 +45,11 @@ def overheads() -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
+    guard = None
+    if argv[:1] == ["--guard"]:
+        guard, argv = float(argv[1]), argv[2:]
     specs = [Path(s).resolve() for s in argv] or [ROOT / "specs" / "sample.yaml"]
+    over = []
     work = Path(tempfile.mkdtemp(prefix="retbench-cached-"))
     print(f"scratch: {work}")
     for spec in specs:
@@ -50,10 +58,16 @@ def main(argv: list[str]) -> None:
         first = timed(base)
         cached = timed(base)
         manifest = json.loads((out / "manifest.json").read_text())
-        print(f"{spec.name}: first {first:.1f}s, cached {cached:.1f}s, cached/first = {cached / first:.3f} "
+        print(f"{spec.name}: first {first:.1f}s, cached {cached:.1f}s, cached/first = {cached / first:.4f} "
               f"(embedded on the cached run: {manifest['texts']['embedded']}, stages {manifest['stage_seconds']})")
+        if guard is not None and cached / first > guard:
+            over.append(f"{spec.name} {cached / first:.4f}")
     parts = overheads()
     print("fixed costs of any run: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts.items()))
+    if over:
+        sys.exit(f"cached/first above the guard {guard}: {', '.join(over)}")
+    if guard is not None:
+        print(f"guard {guard}: held by every spec")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not
 
 HOSTILE = "Steps </script><script>document.title='PWNED'</script> and <b>bold</b> & \u2028 more"
 QUERY = "<img src=x onerror=\"document.title='PWNED'\"> rotate keys"
+HINDI = "कुंजी बदलने के लिए सेटिंग्स में जाएँ और नई कुंजी बनाएँ।"  # document c: Devanagari, combining marks
 # q1's pool: a (both settings), b, c, d; a is first and carries the hostile text.
 RANKINGS = {("m", "q1"): ["a", "b", "j"], ("n", "q1"): ["a", "c", "d"]}
 
 
 def _output_folder(base):
-    corpus = pl.DataFrame([("a", "Keys", HOSTILE, "en"), *[(d, f"Title {d}", f"Text of {d}.", "en") for d in "bcdj"]],
+    corpus = pl.DataFrame([("a", "Keys", HOSTILE, "en"), ("c", "कुंजी", HINDI, "hi"),
+                           *[(d, f"Title {d}", f"Text of {d}.", "en") for d in "bdj"]],
                           schema=CORPUS_SCHEMA, orient="row")
     queries = pl.DataFrame([("q1", QUERY, "en", "keys", "test")], schema=QUERIES_SCHEMA, orient="row")
     qrels = pl.DataFrame([("q1", "j", 2)], schema=QRELS_SCHEMA, orient="row")  # the dataset grades 0-2
@@ -95,6 +97,7 @@ def test_grade_with_keys_download_qrels_and_reload(tmp_path):
         assert (_shown(page)["progress"], _shown(page)["position"]) == ("graded 3 of 4", "pair 4 of 4")
         _press(browser, page, "ArrowLeft")
         assert _shown(page)["chosen"] == ["0"]  # pair 3 (c) was graded 0
+        assert HINDI in _shown(page)["text"]  # the Devanagari document, whole (its combining marks kept)
 
         _press(browser, page, "d")
         expected = "q1 0 a 2\nq1 0 c 0\nq1 0 d 1\n"  # pool order: a, b, c, d; b was skipped

@@ -7,15 +7,16 @@ the loader's mapping) (query, document) pairs are removed: the reduced cran.qrel
 a temp dataset folder beside links to the untouched cran.all.1400 and cran.qry. Then, with the CLI
 as a user runs it (one process per command, into the temp folder):
 
-1. `retbench run` on the reduced dataset into an empty store (the first run, timed), and on the
-   full one (same store);
+1. `retbench run` on the full dataset into an empty store (the first run, timed), then on the
+   reduced one: the same spec name and store, so the second run is the spec's next run after half
+   its judgments were lost, and its verdict compares each setting's judged@10 with the first's;
 2. `retbench judge export --format tsv --depth 10` of the reduced run, judged by an oracle that
    knows only the removed judgments: a pooled pair that was removed gets its original grade; any
    other pooled pair was never judged in Cranfield either, and stays unjudged (not written);
 3. `retbench judge import --source oracle`, then `retbench run` again (the rescore, timed).
 
 Prints judged@10 and nDCG@10 per setting (full, reduced, after the overlay), whether the verdict
-flags a judged gap (its sentence, from the report), the removed relevant documents no setting
+flags a judged gap or a judged@10 fall since the previous run (its sentences, from the report), the removed relevant documents no setting
 ranked in its top 10 (per query and in total: what the pool cannot give back), and the rescore's
 wall time against the first run's with what it embedded and searched (from its manifest).
 Settings: bm25, minilm flat, hashing flat. The last line is a JSON object of every figure.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import json
 import os
 import random
@@ -41,7 +43,7 @@ RETBENCH = [str(Path(sys.executable).parent / "retbench")]
 # Cranfield's inverted scale as the loader maps it (tasks/datasets/cranfield.py).
 GRADES = {1: 4, 2: 3, 3: 2, 4: 1, -1: 0}
 SPEC = """\
-name: cranfield-judging-{which}
+name: cranfield-judging
 dataset: {{path: {data}, format: cranfield, split: test}}
 chunking: {{strategy: none}}
 providers:
@@ -116,6 +118,14 @@ def holes_sentences(out: Path) -> list[str]:
     return sorted(set(found))
 
 
+def fall_sentences(out: Path) -> list[str]:
+    """The verdict's sentence on judged@k that fell since the spec's previous run."""
+    report = out / "report.md"
+    text = report.read_text() if report.exists() else ""
+    return [html.unescape(s.strip()) + "." for s in text.replace("\n", " ").split(". ")
+            if s.strip().startswith("Less of each top")]
+
+
 def unretrieved(out: Path, removed: dict[tuple[str, str], int], depth: int) -> dict[str, int]:
     """Per query: removed relevant documents that no setting ranked within `depth`."""
     runs = pl.read_parquet(out / "runs.parquet", columns=["query_id", "doc_id", "rank"])
@@ -148,11 +158,12 @@ def main() -> None:
         specs[which] = scratch / f"{which}.yaml"
         specs[which].write_text(SPEC.format(which=which, data=folder, out=outs[which], store=store))
 
-    first = retbench("run", str(specs["reduced"]), env=env)
-    retbench("run", str(specs["full"]), env=env)
+    first = retbench("run", str(specs["full"]), env=env)
+    retbench("run", str(specs["reduced"]), env=env)
     reduced = settings_table(outs["reduced"])
     full = settings_table(outs["full"])
     flags_reduced, flags_full = holes_sentences(outs["reduced"]), holes_sentences(outs["full"])
+    falls = {"full": fall_sentences(outs["full"]), "reduced": fall_sentences(outs["reduced"])}
     missing = unretrieved(outs["reduced"], removed, args.depth)
 
     pool = scratch / "pool.tsv"
@@ -168,6 +179,7 @@ def main() -> None:
     without_prefect = "ran without Prefect" in (scratch / "rescore.log").read_text()
     after = settings_table(outs["reduced"])
     flags_after = holes_sentences(outs["reduced"])
+    falls["overlay"] = fall_sentences(outs["reduced"])
     manifest = json.loads((outs["reduced"] / "manifest.json").read_text())
     # Embedding searches are in `retrieval`, BM25 and other systems in `systems`.
     searched = sum(1 for r in [*manifest["retrieval"], *manifest["systems"]] if r.get("computed"))
@@ -190,6 +202,9 @@ def main() -> None:
     print("\njudged-gap sentences (verdict and ladder):")
     for name, flags in (("full", flags_full), ("reduced", flags_reduced), ("overlay", flags_after)):
         print(f"  {name}: " + (" | ".join(flags) if flags else "none"))
+    print("judged@10 fall since the previous run (verdict):")
+    for name, found in falls.items():
+        print(f"  {name}: " + (" | ".join(found) if found else "none"))
     print(f"\nremoved relevant documents no setting ranked in its top {args.depth}: {sum(missing.values())} "
           f"on {len(missing)} queries (most on one query: {max(missing.values(), default=0)})")
     print(f"rescore {rescore:.1f} s against the first run's {first:.1f} s = {rescore / first:.3f}; "
@@ -200,7 +215,7 @@ def main() -> None:
     print(json.dumps({
         "relevant": relevant_total, "removed": len(removed), "seed": args.seed, "pool_pairs": len(pooled),
         "oracle_graded": len(graded), "full": full, "reduced": reduced, "overlay": after,
-        "flags": {"full": flags_full, "reduced": flags_reduced, "overlay": flags_after},
+        "flags": {"full": flags_full, "reduced": flags_reduced, "overlay": flags_after}, "falls": falls,
         "unretrieved_per_query": missing, "unretrieved_total": sum(missing.values()),
         "first_seconds": round(first, 2), "rescore_seconds": round(rescore, 2), "texts_embedded": manifest["texts"]["embedded"],
         "indexes_built": built, "searches_run": searched, "rescore_without_prefect": without_prefect,

@@ -216,6 +216,20 @@ def previous_in_series(store: str | Path, spec_name: str, current_run_id: str,
                   f"no regressions computed")
 
 
+def previous_with_reason(store: str | Path, spec_name: str, current_run_id: str, dataset_key: str,
+                         current: dict | None = None) -> tuple[str, str | None] | None:
+    """(the newest earlier run of the spec, what changed since: None when it ran on the same data,
+    else the new series' reason); None when there is no earlier run. `current` as in
+    previous_in_series."""
+    earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
+    if not earlier.height:
+        return None
+    before = earlier.row(-1, named=True)
+    if before["dataset_hash"] == dataset_key:
+        return before["run_id"], None
+    return before["run_id"], series_reason(before, {**(current or {}), "dataset_hash": dataset_key})
+
+
 def stamp_of(manifest: dict) -> dict:
     """A manifest's JUDGMENT_COLUMNS values."""
     dataset = manifest["dataset"]

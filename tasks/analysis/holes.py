@@ -94,3 +94,41 @@ def side_means(per_query: pl.DataFrame, key: dict, measures: tuple[str, str], qu
     if any(m not in means for m in measures):
         return None
     return means[measures[0]], means[measures[1]]
+
+
+@dataclass(frozen=True)
+class JudgedFall:
+    """Settings whose judged@k fell since the spec's previous recorded run by more than
+    `threshold` of what it was: the data or the judgments changed, or a model now retrieves
+    documents nobody judged. Holes count as non-relevant, so such a setting's measures fell
+    partly for want of judgments, which the verdict's own comparisons (within one run) cannot see."""
+
+    run_id: str                              # the earlier run
+    why: str | None                          # what changed since it, when its data differ
+    k: str                                   # the cutoff in words, "10", or "" for the whole ranking
+    fallen: tuple[tuple[str, float, float], ...]  # (label, judged@k then, now), in the order given
+    compared: int                            # settings found in both runs
+    threshold: float
+
+    def sentence(self, measure: str) -> str:
+        top = f"top {self.k}" if self.k else "ranking"
+        name = f"judged@{self.k}" if self.k else "judged"
+        shown = ", ".join(f"{label} {then:.3f} -> {now:.3f}" for label, then, now in self.fallen[:3])
+        more = f" and {len(self.fallen) - 3} more" if len(self.fallen) > 3 else ""
+        since = f"run {self.run_id}" + (f" ({self.why})" if self.why else "")
+        return (f"Less of each {top} is judged than in {since}: {name} {shown}{more} ({len(self.fallen)} of "
+                f"{self.compared} settings fell by more than {_pct(self.threshold)} of their share). Unjudged documents "
+                f"count as non-relevant, so part of any fall in {measure} since then may be missing judgments rather "
+                f"than worse retrieval; `retbench judge export` lists the unjudged documents to judge.")
+
+
+def judged_fall(before: dict[str, float], now: dict[str, float], order: list[str], run_id: str, why: str | None,
+                k: str, threshold: float) -> JudgedFall | None:
+    """Settings (labels, in `order`) whose judged@k fell from `before` to `now` by more than
+    `threshold` of `before`; None when none did or the runs share no setting."""
+    both = [label for label in order if label in before and label in now]
+    fallen = tuple((label, before[label], now[label]) for label in both
+                   if before[label] > 0 and (before[label] - now[label]) / before[label] > threshold + 1e-12)
+    if not fallen:
+        return None
+    return JudgedFall(run_id, why, k, fallen, len(both), threshold)

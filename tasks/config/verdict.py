@@ -28,6 +28,13 @@ class VerdictSpec(BaseModel):
                     "measure's cutoff) between two compared settings (best and runner-up, the cheaper pick and the best, "
                     "a ladder step and its baseline) that the verdict and the ladder pass over in silence; beyond it they "
                     "say which retrieves more unjudged documents and whether the order holds on condensed nDCG'")
+    judged_fall: float = Field(
+        0.20, ge=0, le=1,
+        description="largest fall of a setting's judged@k (at the primary measure's cutoff, on the verdict's queries) "
+                    "since the spec's previous recorded run, as a share of its value then, that the verdict passes over "
+                    "in silence; beyond it the verdict names the settings whose top k now holds fewer judged documents "
+                    "(the data or the judgments changed, or a model retrieves documents nobody judged). A share, not "
+                    "points: sparse judgments keep judged@k low everywhere, so a fall from 0.30 to 0.19 is a large one")
 
 
 DEFAULT_MARGIN = 0.01

@@ -23,6 +23,8 @@ from retbench.tasks.reporting import figures
 from retbench.tasks.reporting.finetune_section import finetune_section
 from retbench.tasks.reporting.ladder_section import ladder_paragraph
 from retbench.tasks.reporting.trend_svg import trend_svg
+from retbench.tasks.reporting.slices_svg import categories_svg, language_matrix_svg
+from retbench.tasks.reporting.verdict_svg import quality_bars_svg, tradeoffs_svg
 from retbench.tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)
 from retbench.tasks.store.files import write_text
@@ -169,6 +171,13 @@ def _figure(section: Section, png: str | None, alt: str, caption: str) -> None:
         section.blocks.append(("figure", png, alt, caption))
 
 
+def _svg_figure(section: Section, svg: str | None, caption: str) -> None:
+    """An inline SVG figure (verdict_svg, trend_svg); the Markdown twin gets its caption."""
+    if svg:
+        section.blocks.append(("raw", f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>",
+                               f"*Figure: {md_prose(caption)}*"))
+
+
 # --- sections -------------------------------------------------------------------------------
 
 
@@ -189,8 +198,7 @@ def verdict_section(verdict: Verdict, output_dir: Path | None = None) -> Section
                "'as good' only when a paired one-sided test puts its difference from the best above that line, which a "
                "bar ending right of it does not prove. Overlapping whiskers mean the data cannot tell those settings apart.")
     best = "" if verdict.no_best else verdict.best["label"]  # nothing is green when ties decide every setting
-    _figure(section, figures.quality_bars(verdict.settings, verdict.measure, best, pick, threshold),
-            f"{verdict.measure} per setting", caption)
+    _svg_figure(section, quality_bars_svg(verdict.settings, verdict.measure, best, pick, threshold), caption)
     return section
 
 
@@ -211,8 +219,8 @@ def tuning_section(verdict: Verdict) -> Section | None:
 
 def tradeoff_section(verdict: Verdict, output_dir: Path, measure: str) -> Section:
     section = Section("Quality against cost, latency and size", "tradeoffs")
-    png, panels, fronts = figures.tradeoffs(verdict.settings, measure)
-    if png:
+    drawn, panels, fronts = tradeoffs_svg(verdict.settings, measure)
+    if drawn:
         unpriced = verdict.settings.filter(pl.col("usd_per_1k_queries").is_null())["label"].to_list()
         notes = [f"{title}: " + ", ".join(labels) for title, labels in fronts.items()]
         caption = ("Each grey dot is a setting; coloured markers joined by the step line are the Pareto front, the settings "
@@ -222,7 +230,7 @@ def tradeoff_section(verdict: Verdict, output_dir: Path, measure: str) -> Sectio
             caption += " No money panel: fewer than two settings have different prices in the spec."
         elif unpriced:
             caption += f" Not priced (left out of the money panel): {', '.join(unpriced)}."
-        _figure(section, png, "quality against cost, latency and index size", caption)
+        _svg_figure(section, drawn, caption)
     else:
         _p(section, "No trade-off plot: it needs at least two settings that differ in cost, latency or index size.")
     table = verdict.settings.select(
@@ -401,14 +409,14 @@ def slices_section(output_dir: Path, verdict: Verdict) -> Section | None:
     exact = verdict.settings.filter(pl.col("nprobe").is_null())["label"].to_list() or verdict.settings["label"].to_list()
     shown = exact[:8]
     pairs = breakdown.filter((pl.col("slice_kind") == "language_pair") & (pl.col("measure") == measure))["slice"].n_unique()
-    png = figures.language_matrix(breakdown, measure, shown)
-    _figure(section, png, "language pair matrix",
-            f"{measure} by language pair (query language -> language of its relevant documents), one row per "
-            f"exact-search setting; n is the number of queries in the cell. Red cells are where a model collapses "
-            f"on a language.")
-    if png is None:
+    matrix = language_matrix_svg(breakdown, measure, shown)
+    _svg_figure(section, matrix,
+                f"{measure} by language pair (query language -> language of its relevant documents), one row per "
+                f"exact-search setting; n is the number of queries in the cell. Red cells are where a model collapses "
+                f"on a language.")
+    if matrix is None:
         _p(section, f"{'One language pair' if pairs == 1 else 'No language pair'} in this data set: no language matrix.")
-    _figure(section, figures.categories_plot(breakdown, measure, shown[:6]), "categories",
+    _svg_figure(section, categories_svg(breakdown, measure, shown[:6]),
             f"{measure} per query category with 95% intervals, for the {'top ' + str(min(6, len(shown))) + ' ' if len(shown) > 1 else ''}"
             f"exact-search setting{'s' if len(shown) > 1 else ''}. A category whose interval sits left of the "
             f"others is a weakness; wide intervals mean few queries.")
@@ -521,10 +529,7 @@ def trend_section(trend: pl.DataFrame | None, measure: str) -> Section | None:
     section = Section("Trend across runs", "trend")
     caption = (f"{measure} of every recorded run of this spec, oldest left, one line per setting (settings with identical "
                f"values share a line and a legend entry).")
-    drawn = trend_svg(trend, measure)
-    if drawn:
-        section.blocks.append(("raw", f"<figure>{drawn}<figcaption>{html.escape(caption)}</figcaption></figure>",
-                               f"*Figure: {md_prose(caption)}*"))
+    _svg_figure(section, trend_svg(trend, measure), caption)
     # Settings down, the last runs across: a table that stays narrow however many settings there are.
     latest = trend.tail(6)
     series = [c for c in trend.columns if c not in TREND_KEYS]

@@ -2,6 +2,7 @@
 its plot, and the sentences the verdict's second paragraph is made of (tasks/analysis/ladder.py)."""
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,8 @@ from retbench.tasks.config.cheaper import cheaper_variants
 from retbench.tasks.config.setting import FirstStage, Setting
 from retbench.tasks.config.verdict import VerdictSpec
 from retbench.tasks.reporting import figures
+from retbench.tasks.reporting.trend_svg import nice_ticks
+from retbench.tasks.reporting.verdict_svg import cut_label, marker, svg_open
 from retbench.tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
 from retbench.tasks.stages.variants import plan_settings
 
@@ -345,27 +348,49 @@ def ladder_paragraph(output_dir: Path) -> list[str]:
 # --- the report section ---------------------------------------------------------------------------
 
 
-@figures._memoised
-def ladder_plot(ladder: pl.DataFrame) -> str | None:
-    """Test gain (95% interval) against the p50 latency each step adds; one marker per step, named in the legend."""
+def ladder_svg(ladder: pl.DataFrame) -> str | None:
+    """Test gain (95% interval) against the p50 latency each step adds, as inline SVG: one marker
+    per step, coloured by its standing, named in the legend on the right. Drawn by hand (no
+    matplotlib): gains and latencies change on every run that rescores or remeasures."""
     rows = ladder.filter(pl.col("added_query_p50_ms").is_not_null() & pl.col("test_gain").is_not_null())
     if rows.is_empty():
         return None
-    plt = figures.load_matplotlib()
-    figure, axis = plt.subplots(figsize=(figures.WIDTH, 4.5))
-    markers = "osD^v<>phX*"
-    for i, row in enumerate(rows.iter_rows(named=True)):
+    xs = rows["added_query_p50_ms"].to_list()
+    lows = [lo if lo is not None else g for lo, g in zip(rows["test_ci_low"], rows["test_gain"])]
+    highs = [hi if hi is not None else g for hi, g in zip(rows["test_ci_high"], rows["test_gain"])]
+    x_ticks, y_ticks = nice_ticks(min(xs), max(xs), 5), nice_ticks(min(0.0, *lows), max(0.0, *highs), 5)
+    left, top, plot_w, plot_h, legend_x = 64, 12, 560, 320, 660
+
+    def x_at(v: float) -> float:
+        return left + plot_w * (v - x_ticks[0]) / ((x_ticks[-1] - x_ticks[0]) or 1)
+
+    def y_at(v: float) -> float:
+        return top + plot_h * (1 - (v - y_ticks[0]) / ((y_ticks[-1] - y_ticks[0]) or 1))
+
+    height = max(top + plot_h + 48, top + 18 * rows.height + 12)
+    out = [svg_open(height, "test gain against added latency per intervention", "test gain against added p50 latency")]
+    for tick in x_ticks:
+        out.append(f'<line x1="{x_at(tick):.1f}" x2="{x_at(tick):.1f}" y1="{top}" y2="{top + plot_h}" stroke="#e4e4e4"/>'
+                   f'<text x="{x_at(tick):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{tick:g}</text>')
+    for tick in y_ticks:
+        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y_at(tick):.1f}" y2="{y_at(tick):.1f}" stroke="#e4e4e4"/>'
+                   f'<text x="{left - 6}" y="{y_at(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y_at(0):.1f}" y2="{y_at(0):.1f}" stroke="#444"/>')
+    for i, (row, low, high) in enumerate(zip(rows.iter_rows(named=True), lows, highs)):
         colour = figures.BEST if row["recommended"] else figures.CHEAP if row["test_significant"] else figures.OTHER
-        axis.errorbar([row["added_query_p50_ms"]], [row["test_gain"]],
-                      yerr=[[row["test_gain"] - row["test_ci_low"]], [row["test_ci_high"] - row["test_gain"]]],
-                      fmt=markers[i % len(markers)], color=colour, capsize=3,
-                      label=figures.safe(f"{row['step']}. {row['setting']} ({row['intervention']})", 60))
-    axis.axhline(0, color="#444", linewidth=0.8)
-    axis.set_xlabel("added p50 query latency (ms per query, vs the baseline)")
-    axis.set_ylabel(f"test gain in {figures.safe(rows['measure'][0])} (95% interval)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return figures._png(figure)
+        x, name = x_at(row["added_query_p50_ms"]), f"{row['step']}. {row['setting']} ({row['intervention']})"
+        out.append(f'<path d="M{x:.1f},{y_at(low):.1f}V{y_at(high):.1f}M{x - 4:.1f},{y_at(low):.1f}H{x + 4:.1f}'
+                   f'M{x - 4:.1f},{y_at(high):.1f}H{x + 4:.1f}" stroke="{colour}" fill="none"/>')
+        out.append(marker(i % 4, x, y_at(row["test_gain"]), colour, name))
+        out.append(marker(i % 4, legend_x, top + 8 + 18 * i, colour, name)
+                   + f'<text x="{legend_x + 12}" y="{top + 12 + 18 * i}" font-size="11">{html.escape(cut_label(name, 52))}</text>')
+    measure = rows["measure"][0] if "measure" in rows.columns else "the measure"
+    out.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>'
+               f'<text x="{left + plot_w / 2}" y="{top + plot_h + 38}" text-anchor="middle">added p50 query latency '
+               f"(ms per query, vs the baseline)</text>"
+               f'<text x="14" y="{top + plot_h / 2}" text-anchor="middle" transform="rotate(-90 14 {top + plot_h / 2})">'
+               f"test gain in {html.escape(str(measure))} (95% interval)</text></svg>")
+    return "".join(out)
 
 
 def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
@@ -385,7 +410,7 @@ def _shown(ladder: pl.DataFrame) -> pl.DataFrame:
 
 def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
     """None unless this run wrote ladder.parquet (manifest.json lists it). `section_type`, `paragraph`, `table`, `figure`:
-    the report's Section class and its block helpers (tasks/reporting/html.py)."""
+    the report's Section class and its block helpers (tasks/reporting/html.py; `figure` takes an SVG)."""
     manifest = Path(output_dir) / "manifest.json"
     if manifest.exists() and "ladder" not in (json.loads(manifest.read_text(encoding="utf-8")).get("tables") or {}):
         return None  # a ladder.parquet left by an earlier run is not this run's
@@ -418,7 +443,7 @@ def ladder_section(output_dir: Path, section_type, paragraph, table, figure):
                "zero line is a gain the test queries cannot tell from none.")
     if unplotted:
         caption += f" Not plotted (latency not measured): {', '.join(unplotted)}."
-    figure(section, ladder_plot(ladder), "test gain against added latency per intervention", caption)
+    figure(section, ladder_svg(ladder), caption)
     if next_rows is not None and next_rows.height:
         paragraph(section, "What the failure log points at (over all queries of the run):")
         table(section, next_rows.select("try_next", "evidence"))

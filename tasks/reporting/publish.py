@@ -11,7 +11,7 @@ from retbench.tasks.analysis import history
 from retbench.tasks.reporting import figures
 from retbench.tasks.reporting.html import build_report, md_escape, md_prose, md_table
 from retbench.tasks.reporting.ladder_section import ladder_paragraph
-from retbench.tasks.reporting.verdict import decide, verdict_frame, verdict_sentences
+from retbench.tasks.reporting.verdict import EarlierRun, decide, verdict_frame, verdict_sentences
 from retbench.tasks.config.spec import BenchmarkSpec
 from retbench.tasks.store.files import write_parquet
 
@@ -48,13 +48,17 @@ def publish(spec: BenchmarkSpec, run_id: str, extra_sections: tuple = ()) -> Pub
         level=stats.confidence, current=history.stamp_of(manifest))
     regressions_path = str(write_parquet(found, output_dir / "regressions.parquet")) if found is not None else None
 
+    # The previous run, read before this one is recorded: the verdict compares each setting's judged@k with it.
+    previous = (history.previous_with_reason(store, spec.name, run_id, manifest["dataset"]["content_hash"],
+                                             history.stamp_of(manifest)) if settings.enabled else None)
+    earlier = None if previous is None else EarlierRun(*previous, history.per_query_of(store, previous[0]))
     if settings.enabled:
         history.append_run(store, run_id, manifest, summary, per_query)
     measure = spec.primary_measure
     trend = history.trend_table(store, spec.name, measure) if settings.enabled else None
     note = (f"Ranked by {measure}: report.primary_measure is not set, so nDCG at the spec's cutoff nearest 10 "
             f"(k: {spec.k})." if spec.primary_measure_defaulted else None)
-    verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None, note)
+    verdict = decide(output_dir, measure, spec.verdict, spec.sweep.loss_budget if spec.sweep else None, note, earlier)
     write_parquet(verdict.assessment(), output_dir / "verdict.parquet")
     with figures.cached_in(store):
         html_path, md_path = build_report(output_dir, f"retbench: {spec.name}", trend=trend, regressions=found,

@@ -12,7 +12,7 @@ import polars as pl
 
 from retbench.tasks.analysis.breakdown import paired_comparison
 from retbench.tasks.analysis.degenerate import TiedRanking, smallest_p, tied_rankings
-from retbench.tasks.analysis.holes import HoleGap, Side, hole_gap, hole_measures
+from retbench.tasks.analysis.holes import HoleGap, JudgedFall, Side, hole_gap, hole_measures, judged_fall
 from retbench.tasks.analysis.equivalence import COST_AXES, NonInferiority, Saving, non_inferiority, savings
 from retbench.tasks.config.verdict import DEFAULT_MARGIN, VerdictSpec
 from retbench.tasks.reporting.settings_table import (SETTING, best_first, label_expr, read_table,  # noqa: F401 (re-exported)
@@ -154,6 +154,8 @@ class Verdict:
     hole_measures: tuple[str, str] | None = None
     judged: dict[str, tuple[float, float]] = field(default_factory=dict)
     hole_gaps: dict[str, HoleGap] = field(default_factory=dict)  # "runner-up" / "pick" -> gap
+    # Settings whose judged@k fell since the spec's previous recorded run by more than verdict.judged_fall.
+    judged_fall: JudgedFall | None = None
 
     @property
     def no_best(self) -> bool:
@@ -241,11 +243,13 @@ def tuned_on_dev(output_dir: Path) -> list[str]:
 
 
 def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec | None = None,
-           loss_budget: float | None = None, measure_note: str | None = None) -> Verdict:
+           loss_budget: float | None = None, measure_note: str | None = None,
+           earlier: EarlierRun | None = None) -> Verdict:
     """Rank settings by `measure` on the held-out test queries (every query when there is no other
     split), test the best against the runner-up, and find the setting that is as good as the best
     within the margin and cheaper: the first cost axis (price, p95 latency, index size, corpus
-    embedding price) on which some qualifying setting saves most, ties to the better quality."""
+    embedding price) on which some qualifying setting saves most, ties to the better quality.
+    `earlier`: the spec's previous recorded run, whose judged@k each setting's is compared with."""
     output_dir = Path(output_dir)
     spec = spec or VerdictSpec()
     every_query = per_query = read_table(output_dir, "per_query")
@@ -296,8 +300,36 @@ def decide(output_dir: str | Path, measure: str = "ndcg@10", spec: VerdictSpec |
             gap = hole_gap(side(a), side(b), diff, k, spec.judged_gap)
             if gap is not None:
                 gaps[role] = gap
+    fall = None
+    if holes is not None and earlier is not None and judged:
+        fall = _judged_fall(earlier, per_query, table, holes, judged, spec.judged_fall)
     return Verdict(measure, scope, margin, min_saving, table, best, runner, versus, candidates, pick, versus_pick,
-                   tuned_on_dev(output_dir), dev, measure_note, tied, spec.min_queries, holes, judged, gaps)
+                   tuned_on_dev(output_dir), dev, measure_note, tied, spec.min_queries, holes, judged, gaps, fall)
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """The spec's previous recorded run: its id, what changed since (None: the same data and
+    judgments) and its per-query values (history.per_query_of)."""
+
+    run_id: str
+    why: str | None
+    per_query: pl.DataFrame
+
+
+def _judged_fall(earlier: EarlierRun, per_query: pl.DataFrame, table: pl.DataFrame, holes: tuple[str, str],
+                 judged: dict[str, tuple[float, float]], threshold: float) -> JudgedFall | None:
+    """Settings whose judged@k on the verdict's queries fell since `earlier` by more than
+    `threshold` of its value then (settings paired by provider, index and nprobe; queries by id)."""
+    then = earlier.per_query
+    if then.is_empty() or holes[0] not in set(then["measure"].unique()):
+        return None
+    queries = per_query["query_id"].unique().implode()
+    then = then.filter(pl.col("measure").is_in(list(holes)) & pl.col("query_id").is_in(queries))
+    before = {label: values[0] for label, values in _judged_means(then, table, holes).items()}
+    now = {label: values[0] for label, values in judged.items()}
+    k = holes[0].split("@")[1] if "@" in holes[0] else ""
+    return judged_fall(before, now, table["label"].to_list(), earlier.run_id, earlier.why, k, threshold)
 
 
 def _judged_means(per_query: pl.DataFrame, table: pl.DataFrame, holes: tuple[str, str]) -> dict[str, tuple[float, float]]:
@@ -432,6 +464,8 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
         alone = "the only setting that ranks" if verdict.ranked_by_ties else "the only setting"
         out.append(f"It is {alone}, so there is nothing to compare it with.")
         out.append("What it costs: " + _what_it_costs(best))
+        if verdict.judged_fall is not None:
+            out.append(verdict.judged_fall.sentence(m))
         return out
     if versus is not None and versus.n < verdict.min_queries:
         out.append(_few_queries_sentence(verdict, versus.n))
@@ -445,6 +479,8 @@ def verdict_sentences(verdict: Verdict) -> list[str]:
     if "runner-up" in verdict.hole_gaps:
         out.append(verdict.hole_gaps["runner-up"].sentence())
     out += _as_good_and_cheaper_sentences(verdict)
+    if verdict.judged_fall is not None:
+        out.append(verdict.judged_fall.sentence(m))
     return out
 
 

@@ -51,6 +51,6 @@ def _scored(run, result) -> pl.DataFrame:
 
 
 def section(inputs):
-    from retbench.tasks.reporting.html import Section, _figure, _p, _table
+    from retbench.tasks.reporting.html import Section, _p, _svg_figure, _table
 
-    return ladder_section(inputs.output_dir, Section, _p, _table, _figure)
+    return ladder_section(inputs.output_dir, Section, _p, _table, _svg_figure)

@@ -4,28 +4,29 @@ import polars as pl
 from retbench.tasks.reporting import figures
 
 
-def settings(mean: float) -> pl.DataFrame:
-    return pl.DataFrame({"label": ["a", "b"], "mean": [mean, 0.4], "ci_low": [mean - 0.1, 0.3], "ci_high": [mean + 0.1, 0.5]})
+def sweep(recall: float) -> pl.DataFrame:
+    """An ANN sweep table of one provider: exact search and one IVF setting."""
+    return pl.DataFrame({"provider": "a", "index_kind": ["flat", "ivf"], "build_params": ["{}", '{"nlist": 8}'],
+                         "query_params": ["{}", '{"nprobe": 2}'], "neighbour_recall@10": [1.0, recall],
+                         "qps_batch": [100.0, 400.0]})
 
 
 def test_a_figure_is_drawn_once_per_content(tmp_path, monkeypatch):
     drawn = []
     real_png = figures._png
     monkeypatch.setattr(figures, "_png", lambda figure: drawn.append(1) or real_png(figure))
+    pick = {"a": {"index_kind": "ivf", "build_params": {"nlist": 8}, "query_params": {"nprobe": 2}}}
     with figures.cached_in(tmp_path):
-        first = figures.quality_bars(settings(0.6), "ndcg@10", "a", "b")
-        again = figures.quality_bars(settings(0.6), "ndcg@10", "a", "b")
-        changed = figures.quality_bars(settings(0.7), "ndcg@10", "a", "b")
-        relabelled = figures.quality_bars(settings(0.6), "ndcg@10", "b", "b")
-        panels = figures.tradeoffs(settings(0.6), "ndcg@10")
-        panels_again = figures.tradeoffs(settings(0.6), "ndcg@10")
-    assert first == again and first != changed and first != relabelled
-    assert panels_again == panels and isinstance(panels_again, tuple)
-    assert len(drawn) == 3 + (panels[0] is not None)  # the repeats were read, not drawn
-    assert len(list((tmp_path / "figures").glob("*.json"))) == 4
+        first = figures.sweep_plot(sweep(0.9), pick)
+        again = figures.sweep_plot(sweep(0.9), pick)
+        changed = figures.sweep_plot(sweep(0.8), pick)
+        unpicked = figures.sweep_plot(sweep(0.9), {})
+    assert first is not None and first == again and first != changed and first != unpicked
+    assert len(drawn) == 3  # the repeat was read, not drawn
+    assert len(list((tmp_path / "figures").glob("*.json"))) == 3
     # Outside a cache folder every call draws.
-    figures.quality_bars(settings(0.6), "ndcg@10", "a", "b")
-    assert len(drawn) == 4 + (panels[0] is not None)
+    figures.sweep_plot(sweep(0.9), pick)
+    assert len(drawn) == 4
 
 
 def test_the_same_values_key_the_same_figure_however_the_frame_was_built():

@@ -142,3 +142,58 @@ def test_ladder_with_complete_judgments_says_nothing():
                           "ndcg@10", permutations=2000)
     assert ladder["judged_gap"].to_list() == [False]
     assert not any("unjudged" in s for s in ladder_sentences(ladder))
+
+
+# --- judged@k that fell since the previous run ------------------------------------------------
+
+
+def _earlier(folder, *settings, run_id="20261201-000000-aaaaaa", why="dataset changed (aaaa -> bbbb)"):
+    """An EarlierRun holding `settings`' per-query values, as history.per_query_of returns them."""
+    from retbench.tasks.reporting.verdict import EarlierRun
+
+    _write(folder, *settings)
+    return EarlierRun(run_id, why, pl.read_parquet(folder / "per_query.parquet"))
+
+
+def test_a_fall_in_judged_since_the_previous_run_is_named_even_when_every_setting_fell_alike(tmp_path):
+    # Half the judgments lost at random: both settings fall by about two fifths, so they stay
+    # within judged_gap of each other (0.03 apart), and only the comparison with the last run sees it.
+    (tmp_path / "then").mkdir()
+    earlier = _earlier(tmp_path / "then", ("bm25", "bm25", 0.35, 0.30, 0.65), ("minilm", "flat", 0.38, 0.32, 0.70))
+    _write(tmp_path, ("bm25", "bm25", 0.26, 0.19, 0.55), ("minilm", "flat", 0.28, 0.19, 0.62))
+    verdict = decide(tmp_path, "ndcg@10", earlier=earlier)
+    assert verdict.hole_gaps == {}
+    fall = verdict.judged_fall
+    assert [label for label, *_ in fall.fallen] == ["minilm flat", "bm25 bm25"]  # best first
+    assert fall.fallen[0][1:] == pytest.approx((0.32, 0.19)) and fall.compared == 2
+    assert verdict_sentences(verdict)[-1] == (
+        "Less of each top 10 is judged than in run 20261201-000000-aaaaaa (dataset changed (aaaa -> bbbb)): judged@10 "
+        "minilm flat 0.320 -> 0.190, bm25 bm25 0.300 -> 0.190 (2 of 2 settings fell by more than 20% of their share). "
+        "Unjudged documents count as non-relevant, so part of any fall in ndcg@10 since then may be missing judgments "
+        "rather than worse retrieval; `retbench judge export` lists the unjudged documents to judge.")
+
+
+def test_a_small_fall_a_rise_or_no_earlier_judged_say_nothing(tmp_path):
+    (tmp_path / "then").mkdir()
+    # bm25 0.30 -> 0.25 is a sixth of its share: within the default fifth; minilm rose.
+    earlier = _earlier(tmp_path / "then", ("bm25", "bm25", 0.35, 0.30, 0.65), ("minilm", "flat", 0.38, 0.20, 0.70))
+    _write(tmp_path, ("bm25", "bm25", 0.33, 0.25, 0.65), ("minilm", "flat", 0.38, 0.32, 0.70))
+    assert decide(tmp_path, "ndcg@10", earlier=earlier).judged_fall is None
+    tighter = decide(tmp_path, "ndcg@10", VerdictSpec(judged_fall=0.1), earlier=earlier).judged_fall
+    assert [label for label, *_ in tighter.fallen] == ["bm25 bm25"]
+    # An earlier run recorded before judged@k was scored pairs with nothing.
+    older = earlier.per_query.filter(pl.col("measure") == "ndcg@10")
+    from retbench.tasks.reporting.verdict import EarlierRun
+    assert decide(tmp_path, "ndcg@10", earlier=EarlierRun("r", None, older)).judged_fall is None
+
+
+def test_the_fall_is_measured_on_the_verdicts_queries_only(tmp_path):
+    # The earlier run's dev queries were judged less; on test (the verdict's queries) nothing fell.
+    (tmp_path / "then").mkdir()
+    earlier = _earlier(tmp_path / "then", ("bm25", "bm25", 0.35, 0.30, 0.65), ("minilm", "flat", 0.38, 0.32, 0.70))
+    then = earlier.per_query.with_columns(
+        value=pl.when(pl.col("query_id").str.starts_with("test") | (pl.col("measure") != "judged@10"))
+        .then(pl.col("value")).otherwise(0.9))
+    _write(tmp_path, ("bm25", "bm25", 0.35, 0.30, 0.65), ("minilm", "flat", 0.38, 0.32, 0.70))
+    from retbench.tasks.reporting.verdict import EarlierRun
+    assert decide(tmp_path, "ndcg@10", earlier=EarlierRun("r", None, then)).judged_fall is None

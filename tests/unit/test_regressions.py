@@ -185,3 +185,14 @@ def test_screening_with_fewer_flips_flags_what_every_test_at_the_full_count_flag
     assert set(everywhere["permutations"]) == {10000}
     flags = [sorted(t.filter(pl.col("regression")).select("setting_key", "measure").rows()) for t in (screened, everywhere)]
     assert flags[0] == flags[1] and ("s1", "ndcg@10") in flags[0]
+
+
+def test_the_previous_run_is_found_whatever_its_data_with_what_changed(tmp_path):
+    # The verdict compares judged@k with the previous run even across a new series (the judgments
+    # changing is what makes judged@k fall), and says what changed.
+    assert history.previous_with_reason(tmp_path, "nightly", "run-0", OLD_DATA) is None
+    _record(tmp_path, "run-0", 0, OLD_DATA, _per_query([0.5, 0.6]))
+    assert history.previous_with_reason(tmp_path, "nightly", "run-1", OLD_DATA) == ("run-0", None)
+    assert history.previous_with_reason(tmp_path, "nightly", "run-1", NEW_DATA) == (
+        "run-0", "dataset changed (aaaaaaaaaaaa -> bbbbbbbbbbbb)")
+    assert history.per_query_of(tmp_path, "run-0")["value"].to_list() == [0.5, 0.6]

@@ -310,3 +310,24 @@ def test_mapped_loader_matches_load_vectors(tmp_path):
     assert report.shards == 2
     expected_ids, expected = load_vectors(second)
     assert ids == expected_ids and np.array_equal(vectors, expected)
+
+
+def test_a_reused_sweeps_plot_is_drawn_once_per_recommendation_and_copied_after(tmp_path):
+    import polars as pl
+
+    from retbench.tasks.stages.measurements import _kept_plot
+
+    drawn = []
+
+    def plot(table, path, k, recommendation):
+        drawn.append(recommendation)
+        path.write_bytes(b"png of " + str(recommendation).encode())
+        return path
+
+    table = pl.DataFrame({"provider": ["e5"], "index_kind": ["flat"]})
+    folder = tmp_path / "store" / "measurements" / "ann_sweep" / "key"
+    folder.mkdir(parents=True)
+    first = _kept_plot(tmp_path / "store", folder, table, 10, None, tmp_path / "out1" / "e5.png", plot)
+    again = _kept_plot(tmp_path / "store", folder, table, 10, None, tmp_path / "out2" / "e5.png", plot)
+    assert drawn == [None] and first.read_bytes() == again.read_bytes() == b"png of None"
+    assert _kept_plot(tmp_path / "store", folder, table.head(0), 10, None, tmp_path / "x.png", plot) is None

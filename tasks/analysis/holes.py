@@ -119,7 +119,7 @@ class JudgedFall:
         return (f"Less of each {top} is judged than in {since}: {name} {shown}{more} ({len(self.fallen)} of "
                 f"{self.compared} settings fell by more than {_pct(self.threshold)} of their share). Unjudged documents "
                 f"count as non-relevant, so part of any fall in {measure} since then may be missing judgments rather "
-                f"than worse retrieval; `retbench judge export` lists the unjudged documents to judge.")
+                f"than worse retrieval; `retbench judge export OUTPUT_DIR` lists the unjudged documents to judge.")
 
 
 def judged_fall(before: dict[str, float], now: dict[str, float], order: list[str], run_id: str, why: str | None,

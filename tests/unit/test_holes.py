@@ -170,7 +170,7 @@ def test_a_fall_in_judged_since_the_previous_run_is_named_even_when_every_settin
         "Less of each top 10 is judged than in run 20261201-000000-aaaaaa (dataset changed (aaaa -> bbbb)): judged@10 "
         "minilm flat 0.320 -> 0.190, bm25 bm25 0.300 -> 0.190 (2 of 2 settings fell by more than 20% of their share). "
         "Unjudged documents count as non-relevant, so part of any fall in ndcg@10 since then may be missing judgments "
-        "rather than worse retrieval; `retbench judge export` lists the unjudged documents to judge.")
+        "rather than worse retrieval; `retbench judge export OUTPUT_DIR` lists the unjudged documents to judge.")
 
 
 def test_a_small_fall_a_rise_or_no_earlier_judged_say_nothing(tmp_path):

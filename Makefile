@@ -9,8 +9,9 @@ VENV := .venv
 TORCH ?= torch==2.13.0
 # pytest-xdist workers: one per core of this 2-core machine. --dist loadfile keeps a test file on
 # one worker, so a module's fixture (a whole benchmark run, often) is built once, not once per worker.
+# --no-loadscope-reorder: files go out in collection order, the slowest first (tests/conftest.py).
 WORKERS ?= 2
-XDIST := -n $(WORKERS) --dist loadfile
+XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast docs wheel clean cluster-demo
 

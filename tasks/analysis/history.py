@@ -190,10 +190,16 @@ def dataset_of(store: str | Path, run_id: str) -> str | None:
     return keys[0] if len(keys) else None
 
 
+def _latest_before(store: str | Path, spec_name: str, current_run_id: str) -> dict | None:
+    """The newest recorded run of the spec other than `current_run_id` (a runs_of row), or None."""
+    earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
+    return earlier.row(-1, named=True) if earlier.height else None
+
+
 def previous_run_id(store: str | Path, spec_name: str, current_run_id: str) -> str | None:
     """The newest earlier run of the spec, whatever data it ran on."""
-    earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
-    return earlier["run_id"][-1] if earlier.height else None
+    before = _latest_before(store, spec_name, current_run_id)
+    return None if before is None else before["run_id"]
 
 
 def previous_in_series(store: str | Path, spec_name: str, current_run_id: str,
@@ -201,10 +207,9 @@ def previous_in_series(store: str | Path, spec_name: str, current_run_id: str,
     """(run to compare with, note): the newest earlier run of the spec when it ran on the same
     data; (None, why not) when the data changed since; (None, None) when there is no earlier run.
     `current`: this run's dataset_base and judgments (JUDGMENT_COLUMNS), to say why."""
-    earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
-    if not earlier.height:
+    before = _latest_before(store, spec_name, current_run_id)
+    if before is None:
         return None, None
-    before = earlier.row(-1, named=True)
     run_id, key = before["run_id"], before["dataset_hash"]
     if key == dataset_key:
         return run_id, None
@@ -221,10 +226,9 @@ def previous_with_reason(store: str | Path, spec_name: str, current_run_id: str,
     """(the newest earlier run of the spec, what changed since: None when it ran on the same data,
     else the new series' reason); None when there is no earlier run. `current` as in
     previous_in_series."""
-    earlier = runs_of(store, spec_name).filter(pl.col("run_id") != current_run_id)
-    if not earlier.height:
+    before = _latest_before(store, spec_name, current_run_id)
+    if before is None:
         return None
-    before = earlier.row(-1, named=True)
     if before["dataset_hash"] == dataset_key:
         return before["run_id"], None
     return before["run_id"], series_reason(before, {**(current or {}), "dataset_hash": dataset_key})

@@ -22,8 +22,8 @@ from retbench.tasks.analysis.history import TREND_KEYS
 from retbench.tasks.reporting import figures
 from retbench.tasks.reporting.finetune_section import finetune_section
 from retbench.tasks.reporting.ladder_section import ladder_paragraph
-from retbench.tasks.reporting.trend_svg import trend_svg
 from retbench.tasks.reporting.slices_svg import categories_svg, language_matrix_svg
+from retbench.tasks.reporting.trend_svg import trend_svg
 from retbench.tasks.reporting.verdict_svg import quality_bars_svg, tradeoffs_svg
 from retbench.tasks.reporting.verdict import (SETTING, Verdict, decide, dev_frame, fmt_bytes, label_expr, read_table, verdict_frame,
                                      verdict_sentences)

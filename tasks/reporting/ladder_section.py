@@ -15,8 +15,7 @@ from retbench.tasks.config.cheaper import cheaper_variants
 from retbench.tasks.config.setting import FirstStage, Setting
 from retbench.tasks.config.verdict import VerdictSpec
 from retbench.tasks.reporting import figures
-from retbench.tasks.reporting.trend_svg import nice_ticks
-from retbench.tasks.reporting.verdict_svg import cut_label, marker, svg_open
+from retbench.tasks.reporting.svg import cut_label, marker, nice_ticks, svg_open
 from retbench.tasks.reporting.verdict import fmt_bytes, fmt_ms, fmt_usd, read_table, settings_table
 from retbench.tasks.stages.variants import plan_settings
 

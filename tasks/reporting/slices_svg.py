@@ -12,8 +12,7 @@ import math
 
 import polars as pl
 
-from retbench.tasks.reporting.trend_svg import TAB10
-from retbench.tasks.reporting.verdict_svg import CHAR, WIDTH, cut_label, svg_open
+from retbench.tasks.reporting.svg import CHAR, TAB10, WIDTH, cut_label, svg_open
 
 RDYLGN = ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf", "#d9ef8b", "#a6d96a", "#66bd63",
           "#1a9850", "#006837")

@@ -13,21 +13,10 @@ import math
 import polars as pl
 
 from retbench.tasks.analysis.history import TREND_KEYS
+from retbench.tasks.reporting.svg import TAB10, WIDTH, nice_ticks, svg_open
 
-TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-WIDTH, HEIGHT = 1000, 380  # px; taller when the legend needs it (18 px a line)
+HEIGHT = 380  # px; taller when the legend needs it (18 px a line)
 LEFT, RIGHT, TOP, BOTTOM = 60, 300, 16, 96  # margins in px: y labels, legend, x labels
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About `count` round values (1, 2 or 5 times a power of ten apart) covering [low, high]."""
-    if high <= low:
-        low, high = low - 0.5 if low == 0 else low * 0.95, high + 0.5 if high == 0 else high * 1.05
-    raw = (high - low) / count
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.floor(low / step) * step
-    return [round(first + i * step, 12) for i in range(int(math.ceil((high - first) / step)) + 1)]
 
 
 def _label(names: list[str]) -> str:
@@ -60,8 +49,7 @@ def trend_svg(trend: pl.DataFrame | None, measure: str) -> str | None:
     def y_at(v: float) -> float:
         return TOP + plot_h * (1 - (v - y_low) / (y_high - y_low))
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="100%" style="max-width:{WIDTH}px;height:auto" '
-           f'role="img" aria-label="trend" font-size="12" font-family="inherit"><title>{html.escape(measure)} across runs</title>',
+    out = [svg_open(height, "trend", f"{measure} across runs"),
            f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>']
     for tick in ticks:
         y = y_at(tick)

@@ -15,21 +15,7 @@ import math
 import polars as pl
 
 from retbench.tasks.reporting.figures import BEST, CHEAP, OTHER  # the other figures' colours (no matplotlib import)
-from retbench.tasks.reporting.trend_svg import TAB10, nice_ticks
-
-WIDTH = 1000  # px: inside the page's 1100 px column
-CHAR = 6.6  # px per character of 12 px text, to size the label margin
-
-
-def svg_open(height: float, label: str, title: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" '
-            f'style="max-width:{WIDTH}px;height:auto" role="img" aria-label="{html.escape(label)}" font-size="12" '
-            f'font-family="inherit"><title>{html.escape(title)}</title>')
-
-
-def cut_label(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
+from retbench.tasks.reporting.svg import CHAR, TAB10, WIDTH, cut_label, marker, nice_ticks, svg_open
 
 def quality_bars_svg(settings: pl.DataFrame, measure: str, best: str, cheapest: str | None,
                      threshold: float | None = None) -> str | None:
@@ -111,17 +97,6 @@ def _tick_text(column: str, value: float) -> str:
 
         return fmt_bytes(value)
     return f"{value:g}"
-
-
-def marker(shape: int, x: float, y: float, colour: str, label: str) -> str:
-    tip = f"<title>{html.escape(label)}</title>"
-    if shape == 0:
-        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5.5" fill="{colour}">{tip}</circle>'
-    if shape == 1:
-        return f'<rect x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" fill="{colour}">{tip}</rect>'
-    if shape == 2:
-        return f'<path d="M{x:.1f},{y - 7:.1f}L{x + 6:.1f},{y:.1f}L{x:.1f},{y + 7:.1f}L{x - 6:.1f},{y:.1f}Z" fill="{colour}">{tip}</path>'
-    return f'<path d="M{x:.1f},{y - 7:.1f}L{x + 6.5:.1f},{y + 5:.1f}L{x - 6.5:.1f},{y + 5:.1f}Z" fill="{colour}">{tip}</path>'
 
 
 def tradeoffs_svg(settings: pl.DataFrame, measure: str) -> tuple[str | None, list[str], dict[str, list[str]]]:
